@@ -1,0 +1,113 @@
+"""Typed configuration of a simulated cluster: brokers, topics, producers, consumers.
+
+Names follow Kafka's configuration keys (snake_case, units last). Defaults are Kafka 4.x defaults
+unless a comment says why the emulator differs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+LONG_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Cluster-wide broker and controller settings (one value for every broker)."""
+
+    replica_lag_time_max_ms: int = 30_000
+    replica_fetch_wait_max_ms: int = 500
+    replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_backoff_ms: int = 1_000
+    replica_socket_timeout_ms: int = 30_000
+    broker_session_timeout_ms: int = 9_000
+    broker_heartbeat_interval_ms: int = 2_000
+    # Not a Kafka key: how long a committed metadata change takes to reach brokers and clients.
+    metadata_propagation_ms: int = 20
+    # Not a Kafka key: one-way latency of every request between two brokers or a client and a broker.
+    network_latency_ms: int = 1
+    # Not a Kafka key: the OS writes dirty page-cache pages back after this long (Linux dirty_expire).
+    page_cache_writeback_ms: int = 30_000
+    min_insync_replicas: int = 1
+    unclean_leader_election_enable: bool = False
+    eligible_leader_replicas_enable: bool = True
+    # "epoch" (KIP-101/279, Kafka today) or "high_watermark" (pre-KIP-101, loses data on leader changes)
+    truncation: str = "epoch"
+    controlled_shutdown_enable: bool = True
+    # How long after a crash the broker's log recovery takes before it registers again.
+    log_recovery_ms: int = 2_000
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    """Per-topic settings; `None` fields inherit the broker default."""
+
+    min_insync_replicas: int | None = None
+    unclean_leader_election_enable: bool | None = None
+    segment_bytes: int = 1_073_741_824
+    segment_ms: int = 604_800_000
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    partitions: int
+    replication_factor: int
+    config: TopicConfig = field(default_factory=TopicConfig)
+    # "striped" (rack-aware, as StripedReplicaPlacer) or an explicit assignment per partition
+    assignment: tuple[tuple[int, ...], ...] | None = None
+    created_at_ms: int = 0
+
+
+@dataclass(frozen=True)
+class ProducerSpec:
+    name: str
+    topic: str
+    acks: int  # -1 (all), 0 or 1
+    rate_per_s: float
+    record_bytes: int = 512
+    linger_ms: int = 5
+    batch_size: int = 16_384
+    request_timeout_ms: int = 30_000
+    delivery_timeout_ms: int = 120_000
+    retries: int = 2_147_483_647
+    retry_backoff_ms: int = 100
+    retry_backoff_max_ms: int = 1_000
+    start_ms: int = 0
+    stop_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class ConsumerSpec:
+    group: str
+    topic: str
+
+
+@dataclass(frozen=True)
+class Broker:
+    broker_id: int
+    rack: str | None
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    brokers: tuple[Broker, ...]
+    config: BrokerConfig = field(default_factory=BrokerConfig)
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        return tuple(b.broker_id for b in self.brokers)
+
+    def rack_of(self, broker_id: int) -> str | None:
+        for b in self.brokers:
+            if b.broker_id == broker_id:
+                return b.rack
+        raise KeyError(broker_id)
+
+
+def acks_label(acks: int) -> str:
+    return "all" if acks == -1 else str(acks)

@@ -1,0 +1,281 @@
+"""The KRaft controller: broker sessions and fencing, AlterPartition, leader elections, ELR.
+
+Partition changes follow PartitionChangeBuilder: keep a still-valid leader; else the first replica
+in assignment order that is in the target ISR and acceptable (unfenced, not shutting down); else, ISR
+empty and ELR on, the first acceptable ELR member (no loss); else the last known leader (ELR on);
+else, with unclean.leader.election.enable, the first acceptable replica. Unclean and last-known-leader
+elections set ISR=[leader] and LeaderRecoveryState=RECOVERING until the leader reports recovery.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from broker_emulator.state import NO_BROKER, RECOVERED, RECOVERING
+
+if TYPE_CHECKING:
+    from broker_emulator.simulation import Simulation
+
+CONTROLLER_NODE_ID = 3000  # the active KRaft controller's node id in emitted metrics
+
+
+class Controller:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.t = sim.table
+        ids = sim.brokers.ids
+        self.fenced = {b: False for b in ids}
+        self.shutting_down = {b: False for b in ids}
+        self.unclean_shutdown = {b: False for b in ids}
+        self.last_heartbeat_ms = {b: 0 for b in ids}
+        self.last_election: dict[int, tuple[int, str]] = {}
+
+    # --- sessions ----------------------------------------------------------------------------
+    def heartbeat_check(self) -> None:
+        sim = self.sim
+        now = sim.clock.now_ms
+        for b in sim.brokers.ids:
+            if sim.brokers.running(b) and sim.network.reaches_controller(b):
+                self.last_heartbeat_ms[b] = now
+                if self.fenced[b] and not self.shutting_down[b]:
+                    self.unfence(b)
+            elif not self.fenced[b] and now - self.last_heartbeat_ms[b] > sim.cfg.broker_session_timeout_ms:
+                self.fence(b, "session_timeout")
+
+    def fence(self, b: int, cause: str) -> None:
+        self.fenced[b] = True
+        self.sim.events.emit("fenced", broker_id=b, cause=cause, detail={})
+        for p in self._partitions_of(b):
+            self.change(p, remove=b, cause=cause)
+
+    def unfence(self, b: int) -> None:
+        self.fenced[b] = False
+        self.sim.events.emit("unfenced", broker_id=b, cause="heartbeat", detail={})
+        for p in self._partitions_of(b):
+            if self.t.leader[p] == NO_BROKER:
+                self.change(p, cause="broker_unfenced")
+
+    def registered(self, b: int, unclean: bool) -> None:
+        """A restarted broker registers; after an unclean shutdown it may not stay an eligible leader."""
+        self.unclean_shutdown[b] = unclean
+        self.shutting_down[b] = False
+        if not self.fenced[b]:
+            # A new incarnation before the old session expired: the old one is fenced first.
+            self.fence(b, "reregistration")
+        if unclean:
+            for p in self._partitions_of(b):
+                s = self.t.slot_of(p, b)
+                if self.t.elr[p, s]:
+                    self.change(p, drop_elr=b, cause="unclean_shutdown")
+
+    def _partitions_of(self, b: int) -> list[int]:
+        t = self.t
+        return np.flatnonzero((t.replicas[: t.count] == b).any(axis=1)).tolist()
+
+    def acceptable(self, b: int) -> bool:
+        return not self.fenced[b] and not self.shutting_down[b]
+
+    def broker_eligible_for_isr(self, b: int) -> bool:
+        return self.acceptable(b) and self.sim.brokers.running(b)
+
+    # --- controlled shutdown and admin elections ---------------------------------------------
+    def controlled_shutdown(self, b: int) -> None:
+        self.shutting_down[b] = True
+        self.sim.events.emit("broker_state", broker_id=b, cause="controlled_shutdown",
+                             detail={"state": "shutting_down"})
+        for p in self._partitions_of(b):
+            self.change(p, remove=b, cause="controlled_shutdown")
+        # The broker exits once its leaderships have moved and it has heard so.
+        delay = self.sim.cfg.metadata_propagation_ms + 2 * self.sim.cfg.network_latency_ms
+        self.sim.queue.schedule(self.sim.clock.now_ms + delay, "shutdown_complete", b)
+
+    def elect_leaders(self, ps: list[int], election_type: str) -> None:
+        t = self.t
+        for p in ps:
+            if election_type == "preferred":
+                preferred = int(t.replicas[p, 0])
+                if t.leader[p] != preferred and t.isr[p, 0] and self.acceptable(preferred):
+                    self.change(p, force_leader=preferred, cause="preferred_election")
+            elif t.leader[p] == NO_BROKER:
+                self.change(p, cause="admin_unclean_election", allow_unclean=True)
+
+    # --- AlterPartition (leader-initiated ISR changes) ----------------------------------------
+    def request_isr_change(self, p: int, add_slot: int | None = None, remove_slots: list[int] | None = None) -> None:
+        t = self.t
+        leader = int(t.leader[p])
+        ls = t.slot_of(p, leader)
+        target = t.leader_isr[p].copy()
+        if add_slot is not None:
+            target[add_slot] = True
+            t.pending_add[p, add_slot] = True
+        for s in remove_slots or []:
+            target[s] = False
+        t.alter_inflight[p] = True
+        request = (p, leader, int(t.known_epoch[p, ls]), int(t.partition_epoch[p]), target,
+                   "expand" if add_slot is not None else "shrink")
+        self._send_alter(request)
+
+    def _send_alter(self, request: tuple) -> None:
+        sim = self.sim
+        leader = request[1]
+        if sim.network.reaches_controller(leader):
+            sim.queue.schedule(sim.clock.now_ms + sim.cfg.network_latency_ms, "alter_partition", request)
+        else:  # the AlterPartition manager retries until the controller answers
+            sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "alter_retry", request)
+
+    def alter_retry(self, request: tuple) -> None:
+        if self.sim.brokers.running(request[1]):
+            self._send_alter(request)
+
+    def handle_alter(self, request: tuple) -> None:
+        t = self.t
+        p, leader, epoch, pepoch, target, kind = request
+        ok = (t.leader[p] == leader and t.leader_epoch[p] == epoch and t.partition_epoch[p] == pepoch
+              and t.recovery_state[p] == RECOVERED)
+        if ok and kind == "expand":
+            added = [s for s in range(int(t.rf[p])) if target[s] and not t.isr[p, s]]
+            ok = all(self.acceptable(int(t.replicas[p, s])) for s in added)
+        if ok:
+            old = t.isr[p].copy()
+            self._commit(p, target, cause="leader_" + kind, leader_initiated=True)
+            reply = (p, leader, True, kind, old)
+        else:
+            reply = (p, leader, False, kind, t.isr[p].copy())
+        self.sim.queue.schedule(self.sim.clock.now_ms + self.sim.cfg.network_latency_ms, "alter_reply", reply)
+
+    def alter_reply(self, reply: tuple) -> None:
+        sim, t = self.sim, self.t
+        p, leader, ok, _kind, old = reply
+        ls = t.slot_of(p, leader)
+        t.alter_inflight[p] = False
+        t.pending_add[p] = False
+        if not ok:
+            if sim.brokers.running(leader):
+                sim.metrics.mark(leader, "FailedIsrUpdatesPerSec")
+            return
+        if t.known_leader[p, ls] == leader:
+            t.leader_isr[p] = t.isr[p]
+            self._count_isr_change(p, leader, old, t.isr[p])
+        sim.replication.advance_hw(np.asarray([p]))
+        sim.produce.complete(p)
+
+    def _count_isr_change(self, p: int, leader: int, old: np.ndarray, new: np.ndarray) -> None:
+        sim, t = self.sim, self.t
+        removed = t.members(p, old & ~new)
+        added = t.members(p, new & ~old)
+        if removed:
+            sim.metrics.mark(leader, "IsrShrinksPerSec")
+            sim.events.emit("isr_shrink", broker_id=leader, p=p, cause="lag",
+                            detail={"removed": removed, "isr": t.members(p, new)})
+        if added:
+            sim.metrics.mark(leader, "IsrExpandsPerSec")
+            sim.events.emit("isr_expand", broker_id=leader, p=p, cause="caught_up",
+                            detail={"added": added, "isr": t.members(p, new)})
+
+    def recovered(self, payload: tuple[int, int]) -> None:
+        p, epoch = payload
+        t = self.t
+        if t.leader_epoch[p] == epoch and t.recovery_state[p] == RECOVERING:
+            t.recovery_state[p] = RECOVERED
+            t.partition_epoch[p] += 1
+            self.sim.events.emit("recovery", p=p, broker_id=int(t.leader[p]), cause="leader_recovered", detail={})
+            self.sim.publish([p])
+
+    # --- the partition change builder ---------------------------------------------------------
+    def change(self, p: int, *, remove: int | None = None, drop_elr: int | None = None,
+               force_leader: int | None = None, allow_unclean: bool = False, cause: str) -> None:
+        t = self.t
+        rf = int(t.rf[p])
+        target = t.isr[p].copy()
+        if remove is not None:
+            target[t.slot_of(p, remove)] = False
+        elr_on = self.sim.cfg.eligible_leader_replicas_enable
+        if not elr_on and not target[:rf].any():
+            target = t.isr[p].copy()  # without ELR the ISR never empties: the last member stays listed
+        self._commit(p, target, cause=cause, drop_elr=drop_elr, force_leader=force_leader,
+                     allow_unclean=allow_unclean or bool(t.unclean[p]))
+
+    def _commit(self, p: int, target: np.ndarray, *, cause: str, leader_initiated: bool = False,
+                drop_elr: int | None = None, force_leader: int | None = None, allow_unclean: bool = False) -> None:
+        sim, t = self.sim, self.t
+        rf = int(t.rf[p])
+        old_leader, old_isr, old_elr = int(t.leader[p]), t.isr[p].copy(), t.elr[p].copy()
+        replicas = t.replica_list(p)
+        elr_on = sim.cfg.eligible_leader_replicas_enable
+        new_leader, kind = old_leader, None
+        valid = (old_leader != NO_BROKER and self.acceptable(old_leader) and target[replicas.index(old_leader)]
+                 and force_leader is None)
+        if not valid:
+            new_leader, kind = self._choose_leader(p, target, force_leader, allow_unclean, old_elr)
+        if kind in ("unclean", "last_known_leader", "elr"):
+            target = np.zeros_like(target)
+            target[replicas.index(new_leader)] = True
+        eff_min = int(min(t.configured_min_isr[p], rf))
+        elr = np.zeros_like(old_elr)
+        if elr_on and int(target[:rf].sum()) < eff_min:
+            elr = (old_elr | old_isr) & ~target
+            for s in range(rf):
+                if elr[s] and (self.unclean_shutdown[replicas[s]] or replicas[s] == drop_elr):
+                    elr[s] = False
+        changed = (new_leader != old_leader or not np.array_equal(target, old_isr)
+                   or not np.array_equal(elr, old_elr) or kind is not None)
+        if not changed:
+            return
+        if not elr.any() and old_elr.any() and not target[:rf].any():
+            t.last_known_elr[p] = old_elr
+        t.isr[p] = target
+        t.elr[p] = elr
+        t.partition_epoch[p] += 1
+        if new_leader != old_leader or kind is not None:
+            t.leader[p] = new_leader
+            if new_leader != NO_BROKER:
+                t.last_leader[p] = new_leader
+                t.leader_epoch[p] += 1
+                t.recovery_state[p] = RECOVERING if kind in ("unclean", "last_known_leader") else RECOVERED
+                self._record_election(p, new_leader, old_leader, kind or "clean", cause)
+            elif old_leader != NO_BROKER:
+                t.leader_epoch[p] += 1
+                sim.events.emit("election", p=p, broker_id=None, cause="offline",
+                                detail={"previous_leader": old_leader, "trigger": cause})
+        if not leader_initiated and not np.array_equal(target, old_isr):
+            sim.events.emit("isr_change_controller", p=p, broker_id=None, cause=cause,
+                            detail={"isr": t.members(p, target), "previous_isr": t.members(p, old_isr),
+                                    "elr": t.members(p, elr)})
+        sim.publish([p])
+
+    def _choose_leader(self, p: int, target: np.ndarray, force_leader: int | None, allow_unclean: bool,
+                       elr: np.ndarray) -> tuple[int, str | None]:
+        t = self.t
+        replicas = t.replica_list(p)
+        if force_leader is not None and self.acceptable(force_leader) and target[replicas.index(force_leader)]:
+            return force_leader, "preferred"
+        for s, b in enumerate(replicas):
+            if target[s] and self.acceptable(b):
+                return b, "clean"
+        if self.sim.cfg.eligible_leader_replicas_enable and not target[: len(replicas)].any():
+            for s, b in enumerate(replicas):
+                if elr[s] and self.acceptable(b):
+                    return b, "elr"
+            if not elr.any():
+                last = int(t.last_leader[p])
+                if last != NO_BROKER and self.acceptable(last):
+                    return last, "last_known_leader"
+        if allow_unclean:
+            for b in replicas:
+                if self.acceptable(b) and self.sim.brokers.running(b):
+                    return b, "unclean"
+        return NO_BROKER, None
+
+    def _record_election(self, p: int, leader: int, previous: int, kind: str, cause: str) -> None:
+        sim = self.sim
+        seq = sim.events.emit("election", p=p, broker_id=leader, cause=kind,
+                              detail={"previous_leader": previous, "trigger": cause,
+                                      "leader_epoch": int(self.t.leader_epoch[p])})
+        self.last_election[p] = (seq, kind)
+        sim.metrics.mark(CONTROLLER_NODE_ID, "LeaderElectionRateAndTimeMs")
+        if kind in ("unclean", "last_known_leader"):
+            sim.metrics.mark(CONTROLLER_NODE_ID, "UncleanLeaderElectionsPerSec")
+            delay = sim.cfg.metadata_propagation_ms + 2 * sim.cfg.network_latency_ms
+            sim.queue.schedule(sim.clock.now_ms + delay, "leader_recovered", (p, int(self.t.leader_epoch[p])))

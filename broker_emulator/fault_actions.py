@@ -1,0 +1,167 @@
+"""What each primitive fault action does to the simulated cluster."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from broker_emulator.brokers import Liveness
+from broker_emulator.faults import Action
+from broker_emulator.scenario import _TOPIC_KEYS
+
+if TYPE_CHECKING:
+    from broker_emulator.simulation import Simulation
+
+_DOWN = (Liveness.CRASHED, Liveness.STOPPED)
+
+
+def apply_action(sim: Simulation, a: Action) -> None:
+    detail: dict[str, object] = {"origin": a.origin}
+    if a.brokers:
+        detail["brokers"] = list(a.brokers)
+    if a.groups:
+        detail["groups"] = [list(map(str, g)) for g in a.groups]
+    sim.events.emit("fault", cause=a.kind, detail=detail,
+                    broker_id=a.brokers[0] if len(a.brokers) == 1 else None,
+                    p=sim.topic_range[a.topic][0] if a.topic else None)
+    handler = _HANDLERS[a.kind]
+    handler(sim, a)
+
+
+def _crash(sim: Simulation, a: Action, loss: str | None = None) -> None:
+    t = sim.table
+    for b in a.brokers:
+        st = sim.brokers.by_id[b]
+        if st.liveness in _DOWN:
+            continue
+        st.liveness = Liveness.CRASHED
+        st.stalled = []
+        if loss is None:
+            continue
+        sim.data_loss_by_broker[b] = loss
+        ps, ss = np.nonzero(t.replicas[: t.count] == b)
+        for p, s in zip(ps.tolist(), ss.tolist(), strict=True):
+            removed = t.wipe(p, s) if loss == "disk_loss" else sim.logs.power_loss(p, s)
+            if removed:
+                sim.events.emit("truncation", broker_id=b, p=p, cause=loss, records=removed,
+                                detail={"to_offset": int(t.leo[p, s])})
+
+
+def _power_loss(sim: Simulation, a: Action) -> None:
+    _crash(sim, a, "power_loss")
+
+
+def _disk_loss(sim: Simulation, a: Action) -> None:
+    _crash(sim, a, "disk_loss")
+
+
+def _restart(sim: Simulation, a: Action) -> None:
+    for b in a.brokers:
+        st = sim.brokers.by_id[b]
+        if st.liveness is Liveness.PAUSED:
+            _resume(sim, Action(a.at_ms, "resume", (b,)))
+        elif st.liveness in _DOWN:
+            unclean = st.liveness is Liveness.CRASHED
+            st.liveness = Liveness.RECOVERING
+            sim.queue.schedule(sim.clock.now_ms + sim.cfg.log_recovery_ms, "broker_registered", (b, unclean))
+
+
+def _pause(sim: Simulation, a: Action) -> None:
+    for b in a.brokers:
+        st = sim.brokers.by_id[b]
+        if st.liveness is Liveness.ALIVE:
+            st.liveness = Liveness.PAUSED
+
+
+def _resume(sim: Simulation, a: Action) -> None:
+    for b in a.brokers:
+        st = sim.brokers.by_id[b]
+        if st.liveness is not Liveness.PAUSED:
+            continue
+        st.liveness = Liveness.ALIVE
+        sim.brokers.release(b)
+        if b in sim.stale_view:
+            sim.resync(b)
+        sim.replication.start_sessions(b)
+
+
+def _partition(sim: Simulation, a: Action) -> None:
+    sim.network.partition(a.groups)
+
+
+def _heal(sim: Simulation, a: Action) -> None:
+    sim.network.heal()
+    for b in sim.brokers.ids:
+        if b in sim.stale_view and sim.brokers.running(b):
+            sim.resync(b)
+        if sim.brokers.running(b):
+            sim.replication.start_sessions(b)
+
+
+def _slow(sim: Simulation, a: Action) -> None:
+    for b in a.brokers:
+        sim.brokers.by_id[b].fetch_delay_ms = a.delay_ms
+
+
+def _controlled_shutdown(sim: Simulation, a: Action) -> None:
+    for b in a.brokers:
+        st = sim.brokers.by_id[b]
+        if st.liveness is not Liveness.ALIVE:
+            continue
+        if sim.cfg.controlled_shutdown_enable:
+            st.liveness = Liveness.SHUTTING_DOWN
+            sim.controller.controlled_shutdown(b)
+        else:
+            st.liveness = Liveness.STOPPED  # the controller finds out by the session timeout
+
+
+def _config_change(sim: Simulation, a: Action) -> None:
+    t = sim.table
+    assert a.topic is not None
+    first, end = sim.topic_range[a.topic]
+    settings = dict(a.settings)
+    for p in range(first, end):
+        if "min_insync_replicas" in settings:
+            t.configured_min_isr[p] = int(settings["min_insync_replicas"])  # type: ignore[call-overload]
+        if "unclean_leader_election_enable" in settings:
+            t.unclean[p] = bool(settings["unclean_leader_election_enable"])
+        lg = sim.logs
+        for attr in ("segment_bytes", "segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"):
+            if attr in settings:
+                getattr(lg, attr)[p] = settings[attr]
+    sim.events.emit("config_change", p=first, cause="alter_configs",
+                    detail={k: v for k, v in sorted(settings.items())}, broker_id=None)
+    sim.recorder.topic_configs(list(range(first, end)))
+    sim.replication.advance_hw(np.arange(first, end))
+    if settings.get("unclean_leader_election_enable"):
+        for p in range(first, end):
+            if t.leader[p] < 0:
+                sim.controller.change(p, cause="unclean_enabled")
+
+
+def _elect(sim: Simulation, a: Action) -> None:
+    assert a.topic is not None
+    first, end = sim.topic_range[a.topic]
+    ps = [first + a.partition] if a.partition is not None else list(range(first, end))
+    sim.controller.elect_leaders(ps, a.election_type)
+
+
+_HANDLERS = {
+    "crash": _crash,
+    "power_loss": _power_loss,
+    "disk_loss": _disk_loss,
+    "restart": _restart,
+    "pause": _pause,
+    "resume": _resume,
+    "network_partition": _partition,
+    "heal_network": _heal,
+    "slow_follower": _slow,
+    "controlled_shutdown": _controlled_shutdown,
+    "config_change": _config_change,
+    "elect_leaders": _elect,
+}
+
+# Every topic setting a config_change may carry is one the handler applies.
+assert set(_TOPIC_KEYS.values()) <= {"min_insync_replicas", "unclean_leader_election_enable", "segment_bytes",
+                                     "segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"}

@@ -1,0 +1,113 @@
+"""Segmented logs: appends, segment roll, flush points, page-cache writeback, retention, power loss.
+
+Appends land in the page cache (`leo` moves, `flushed` does not). A segment roll flushes the closed
+segment, as Kafka does; `flush.messages` / `flush.ms` force flushes; the OS writes dirty pages back
+after `page.cache.writeback.ms`. Power loss truncates a replica to what was flushed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from broker_emulator.state import Segment
+
+if TYPE_CHECKING:
+    from broker_emulator.simulation import Simulation
+
+
+class Logs:
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.t = sim.table
+        self.segment_bytes = np.zeros(0, np.int64)
+        self.segment_ms = np.zeros(0, np.int64)
+        self.flush_messages = np.zeros(0, np.int64)
+        self.flush_ms = np.zeros(0, np.int64)
+        self.retention_ms = np.zeros(0, np.int64)
+        self.retention_bytes = np.zeros(0, np.int64)
+
+    def resize(self, capacity: int) -> None:
+        for name in ("segment_bytes", "segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"):
+            old = getattr(self, name)
+            new = np.zeros(capacity, np.int64)
+            new[: len(old)] = old
+            setattr(self, name, new)
+
+    def append_leader(self, p: int, s: int, records: int) -> None:
+        """The leader appends `records` in its current epoch."""
+        t = self.t
+        if not t.epoch_caches[p][s] or t.epoch_caches[p][s][-1][0] < t.known_epoch[p, s]:
+            t.assign_epoch(p, s, int(t.known_epoch[p, s]), int(t.leo[p, s]))
+        self.append(np.asarray([p]), np.asarray([s]), np.asarray([records], np.int64))
+        t.leo[p, s] += records
+
+    def append(self, ps: np.ndarray, ss: np.ndarray, records: np.ndarray) -> None:
+        """Account `records` appended at each (p, s)'s current LEO (the caller moves the LEO)."""
+        t, now = self.t, self.sim.clock.now_ms
+        add = records * t.record_bytes[ps]
+        roll = (t.seg_bytes[ps, ss] > 0) & (
+            (t.seg_bytes[ps, ss] + add > self.segment_bytes[ps])
+            | (now - t.seg_created_ms[ps, ss] >= self.segment_ms[ps]))
+        for i in np.flatnonzero(roll).tolist():
+            self._roll(int(ps[i]), int(ss[i]))
+        t.seg_bytes[ps, ss] += add
+        # flush.messages: force a flush once this many unflushed records accumulate.
+        new_leo = t.leo[ps, ss] + records
+        force = new_leo - t.flushed[ps, ss] >= self.flush_messages[ps]
+        if force.any():
+            t.flushed[ps[force], ss[force]] = new_leo[force]
+            t.last_flush_ms[ps[force], ss[force]] = now
+
+    def _roll(self, p: int, s: int) -> None:
+        t, now = self.t, self.sim.clock.now_ms
+        base, leo = int(t.seg_base[p, s]), int(t.leo[p, s])
+        t.segments[p][s].append(Segment(base, leo, int(t.seg_bytes[p, s]), int(t.seg_created_ms[p, s]), now))
+        t.seg_base[p, s] = leo
+        t.seg_bytes[p, s] = 0
+        t.seg_created_ms[p, s] = now
+        t.flushed[p, s] = max(int(t.flushed[p, s]), leo)  # Kafka flushes a segment when it rolls
+
+    def writeback(self, running: np.ndarray) -> None:
+        """Periodic: page-cache writeback of data older than the writeback period, and flush.ms."""
+        t, now = self.t, self.sim.clock.now_ms
+        n = t.count
+        live = running[t.replicas[:n].clip(min=0)] & (t.replicas[:n] >= 0)
+        t.flushed[:n] = np.where(live, np.maximum(t.flushed[:n], t.writeback_mark[:n]), t.flushed[:n])
+        t.writeback_mark[:n] = np.where(live, t.leo[:n], t.writeback_mark[:n])
+        due = live & ((now - t.last_flush_ms[:n]) >= self.flush_ms[:n, None])
+        t.flushed[:n] = np.where(due, t.leo[:n], t.flushed[:n])
+        t.last_flush_ms[:n] = np.where(due, now, t.last_flush_ms[:n])
+
+    def power_loss(self, p: int, s: int) -> int:
+        """The broker lost power: everything after the flush point is gone."""
+        return self.t.truncate(p, s, int(self.t.flushed[p, s]))
+
+    def enforce_retention(self) -> list[tuple[int, int, int]]:
+        """Delete closed segments past retention.ms / retention.bytes; returns (p, s, new log start)."""
+        t, now = self.t, self.sim.clock.now_ms
+        changed: list[tuple[int, int, int]] = []
+        for p in range(t.count):
+            rms, rbytes = int(self.retention_ms[p]), int(self.retention_bytes[p])
+            for s in range(int(t.rf[p])):
+                segs = t.segments[p][s]
+                if not segs:
+                    continue
+                total = sum(x.size_bytes for x in segs) + int(t.seg_bytes[p, s])
+                removed = False
+                # Never delete past the HW: those records are not yet committed.
+                while segs and segs[0].end_offset <= t.hw[p, s] and (
+                        (rms >= 0 and now - segs[0].last_append_ms > rms)
+                        or (rbytes >= 0 and total - segs[0].size_bytes >= rbytes)):
+                    total -= segs[0].size_bytes
+                    segs.pop(0)
+                    removed = True
+                if removed:
+                    start = segs[0].base_offset if segs else int(t.seg_base[p, s])
+                    t.log_start[p, s] = max(int(t.log_start[p, s]), start)
+                    cache = t.epoch_caches[p][s]
+                    while len(cache) > 1 and cache[1][1] <= start:
+                        cache.pop(0)
+                    changed.append((p, s, start))
+        return changed

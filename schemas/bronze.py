@@ -1,0 +1,145 @@
+"""Bronze tables: what the broker emulator emits, append-only, one Delta table each.
+
+Every row carries `run_id` (one emulator run: scenario name and seed) and `batch_id` (the emulator's
+flush sequence number within the run; appends are idempotent per (run_id, batch_id)).
+Timestamps are UTC, microsecond precision, on the run's virtual clock.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.table import TableDef, columns
+
+TS = pa.timestamp("us", tz="UTC")
+
+_RUN = (
+    ("run_id", pa.string(), False, "emulator run: '<scenario>-s<seed>'"),
+    ("batch_id", pa.int64(), False, "emulator flush sequence number within the run (idempotency key)"),
+)
+
+_schema, _docs = columns(
+    *_RUN,
+    ("ts", TS, False, "end of the metric interval the value describes (UTC)"),
+    ("broker_id", pa.int32(), False, "broker that reports the metric (the active controller for controller metrics)"),
+    ("mbean", pa.string(), False, "full JMX MBean name, e.g. kafka.server:type=ReplicaManager,name=IsrShrinksPerSec"),
+    ("name", pa.string(), False, "the MBean's `name` key, e.g. IsrShrinksPerSec"),
+    ("kind", pa.string(), False, "'gauge' (value is the current value) or 'meter' (count is cumulative)"),
+    ("value", pa.float64(), False, "gauge: current value; meter: events per second over this interval"),
+    ("count", pa.int64(), True, "meter: cumulative count since the broker started; null for gauges"),
+)
+BROKER_METRICS = TableDef(
+    "bronze", "broker_metrics", _schema, ("run_id", "ts", "broker_id", "mbean"),
+    "Per-broker JMX metrics every metric interval, with Kafka's semantics (leader-side partition gauges, "
+    "controller metrics only from the active controller, meters as cumulative count + interval rate).",
+    _docs,
+)
+
+_schema, _docs = columns(
+    *_RUN,
+    ("ts", TS, False, "snapshot time (UTC)"),
+    ("topic", pa.string(), False, "topic name"),
+    ("partition", pa.int32(), False, "partition index"),
+    ("leader", pa.int32(), False, "leader broker id, -1 when offline"),
+    ("leader_epoch", pa.int32(), False, "current leader epoch"),
+    ("partition_epoch", pa.int32(), False, "bumped by every partition change the controller commits"),
+    ("replicas", pa.list_(pa.int32()), False, "assigned replicas in assignment order"),
+    ("isr", pa.list_(pa.int32()), False, "in-sync replicas as committed by the controller"),
+    ("elr", pa.list_(pa.int32()), False, "eligible leader replicas (KIP-966); empty when ELR is off"),
+    ("leader_recovery_state", pa.string(), False, "RECOVERED or RECOVERING (after an unclean election)"),
+    ("high_watermark", pa.int64(), False, "leader's high watermark (exclusive); -1 when offline"),
+    ("log_start_offset", pa.int64(), False, "leader's log start offset (advanced by retention)"),
+    ("replica_leos", pa.list_(pa.int64()), False, "log end offset of each replica, aligned with `replicas`"),
+    ("configured_min_isr", pa.int32(), False, "topic min.insync.replicas"),
+    ("effective_min_isr", pa.int32(), False, "min(min.insync.replicas, replication factor)"),
+)
+PARTITION_STATE = TableDef(
+    "bronze", "partition_state", _schema, ("run_id", "ts", "topic", "partition"),
+    "Snapshot of every partition's replication state, every partition-state interval.",
+    _docs,
+)
+
+_schema, _docs = columns(
+    *_RUN,
+    ("ts", TS, False, "when the event happened (UTC, virtual clock)"),
+    ("seq", pa.int64(), False, "event sequence number within the run, gap-free from 0"),
+    ("event_type", pa.string(), False, "isr_shrink, isr_expand, isr_change_controller, election, fenced, "
+     "unfenced, truncation, produce_rejected, fault, config_change, records_lost, broker_state, topic_created"),
+    ("broker_id", pa.int32(), True, "broker the event concerns, if any"),
+    ("topic", pa.string(), True, "topic the event concerns, if any"),
+    ("partition", pa.int32(), True, "partition the event concerns, if any"),
+    ("leader_epoch", pa.int32(), True, "leader epoch after the event, for partition events"),
+    ("cause", pa.string(), False, "why: e.g. lag, caught_up, fenced, controlled_shutdown, clean, unclean, elr"),
+    ("records", pa.int64(), True, "records involved (truncated, rejected, lost), if any"),
+    ("detail", pa.string(), False, "JSON object with the event's remaining fields"),
+)
+CLUSTER_EVENTS = TableDef(
+    "bronze", "cluster_events", _schema, ("run_id", "seq"),
+    "Discrete cluster events in the order they happened.",
+    _docs,
+)
+
+_schema, _docs = columns(
+    *_RUN,
+    ("ts", TS, False, "when this configuration took effect (UTC)"),
+    ("topic", pa.string(), False, "topic name"),
+    ("partition", pa.int32(), False, "partition index"),
+    ("partitions", pa.int32(), False, "the topic's partition count"),
+    ("replication_factor", pa.int32(), False, "number of assigned replicas"),
+    ("min_insync_replicas", pa.int32(), False, "configured min.insync.replicas"),
+    ("effective_min_isr", pa.int32(), False, "min(min.insync.replicas, replication_factor), as the broker enforces"),
+    ("unclean_leader_election_enable", pa.bool_(), False, "unclean.leader.election.enable"),
+    ("elr_enabled", pa.bool_(), False, "eligible leader replicas (KIP-966) enabled in the cluster"),
+    ("replicas", pa.list_(pa.int32()), False, "assigned replicas in assignment order"),
+    ("replica_racks", pa.list_(pa.string()), False, "rack of each assigned replica ('' when the broker has none)"),
+    ("segment_bytes", pa.int64(), False, "segment.bytes"),
+    ("retention_ms", pa.int64(), False, "retention.ms (-1: unlimited)"),
+    ("flush_messages", pa.int64(), False, "flush.messages (Long.MAX_VALUE: never)"),
+)
+TOPIC_CONFIGS = TableDef(
+    "bronze", "topic_configs", _schema, ("run_id", "ts", "topic", "partition"),
+    "Topic configuration and replica placement, at creation and after every config change.",
+    _docs,
+)
+
+_schema, _docs = columns(
+    *_RUN,
+    ("ts", TS, False, "end of the metric interval (UTC)"),
+    ("topic", pa.string(), False, "topic name"),
+    ("partition", pa.int32(), False, "partition index"),
+    ("acks", pa.string(), False, "producer acks level: '0', '1' or 'all'"),
+    ("records_sent", pa.int64(), False, "records producers sent in this interval"),
+    ("records_acked", pa.int64(), False, "records acknowledged to the producer in this interval "
+     "(acks=0: appended by the leader, the only success such a producer can know)"),
+    ("records_failed", pa.int64(), False, "records answered with an error in this interval"),
+    ("records_lost", pa.int64(), False, "previously acknowledged records found lost in this interval"),
+    ("lost_by_event_seq", pa.int64(), True, "cluster_events.seq of the event that lost them"),
+    ("lost_by", pa.string(), True, "what lost them: unclean_election, power_loss, truncate_to_hw, …"),
+)
+ACK_LEDGER = TableDef(
+    "bronze", "ack_ledger", _schema, ("run_id", "ts", "topic", "partition", "acks"),
+    "Ground truth: per partition, interval and acks level, records acknowledged and acknowledged "
+    "records later lost (no real cluster can report this).",
+    _docs,
+)
+
+_schema, _docs = columns(
+    *_RUN,
+    ("scenario", pa.string(), False, "scenario name"),
+    ("seed", pa.int64(), False, "root seed"),
+    ("start_ts", TS, False, "virtual time the run starts at (UTC)"),
+    ("end_ts", TS, False, "virtual time of this batch's end (UTC)"),
+    ("metric_interval_ms", pa.int64(), False, "metric interval"),
+    ("brokers", pa.int32(), False, "brokers in the cluster"),
+    ("final", pa.bool_(), False, "true on the run's last batch"),
+    ("summary", pa.string(), False, "JSON run summary so far (the closing summary when final)"),
+)
+RUNS = TableDef(
+    "bronze", "runs", _schema, ("run_id", "batch_id"),
+    "One row per emulator flush: run metadata and the running summary (the last row has final=true).",
+    _docs,
+)
+
+BRONZE_TABLES: tuple[TableDef, ...] = (
+    BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, TOPIC_CONFIGS, ACK_LEDGER, RUNS,
+)

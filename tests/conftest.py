@@ -1,0 +1,22 @@
+"""One SparkSession per test session; a fresh lakehouse per test."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    from isrwatch.spark import build_spark_session
+
+    session = build_spark_session("isrwatch-tests", master="local[2]")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lakehouse(tmp_path: Path) -> str:
+    return str(tmp_path / "lakehouse")
