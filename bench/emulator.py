@@ -1,0 +1,86 @@
+"""Emulator throughput: simulated seconds per wall second, events/s and peak memory.
+
+Cases (from the emulator issue): (a) 6 brokers / 3 racks / 300 partitions / 5,000 records/s with
+faults; (b) 30 brokers / 30,000 partitions; (c) 100 brokers / 200,000 partitions. Each case runs in
+its own process so its peak RSS is its own. Prints one table with the ratios side by side.
+
+    .venv/bin/python bench/emulator.py [--cases a,b,c] [--seconds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+CASES = {
+    "a": dict(brokers=6, racks=3, partitions=300, rate=5000, faults=True, seconds=60, target=1000.0),
+    "b": dict(brokers=30, racks=3, partitions=30_000, rate=20_000, faults=False, seconds=20, target=20.0),
+    "c": dict(brokers=100, racks=3, partitions=200_000, rate=50_000, faults=False, seconds=10, target=1.0),
+}
+
+
+def scenario(case: dict, seconds: int) -> dict:
+    faults = []
+    if case["faults"]:
+        faults = [{"at": "10s", "kind": "crash", "broker": 2, "duration": "20s"},
+                  {"at": "15s", "kind": "slow_follower", "broker": 3, "delay": "300ms", "duration": "20s"},
+                  {"at": "40s", "kind": "pause", "broker": 4, "duration": "5s"}]
+    return {
+        "name": "bench", "seed": 1, "duration": f"{seconds}s", "flush_every_intervals": 1_000_000,
+        "partition_state_interval": f"{seconds}s",
+        "cluster": {"brokers": case["brokers"], "racks": [f"r{i}" for i in range(case["racks"])]},
+        "topics": [{"name": "t", "partitions": case["partitions"], "replication.factor": 3,
+                    "config": {"min.insync.replicas": 2}}],
+        "workload": {"producers": [{"topic": "t", "acks": "all", "rate": case["rate"], "record.bytes": 512,
+                                    "linger.ms": 5}]},
+        "faults": faults,
+    }
+
+
+def run_one(name: str, seconds: int) -> dict:
+    from broker_emulator.scenario import parse_scenario
+    from broker_emulator.simulation import Simulation
+
+    case = CASES[name]
+    sc = parse_scenario(scenario(case, seconds), f"<bench {name}>")
+    t0 = time.perf_counter()
+    sim = Simulation(sc)
+    setup = time.perf_counter() - t0
+    summary = sim.run()
+    wall = time.perf_counter() - t0
+    return {"case": name, "simulated_s": seconds, "wall_s": round(wall, 2), "setup_s": round(setup, 2),
+            "speed_x": round(seconds / wall, 2), "events_per_s": round(sim.queue.processed / wall),
+            "acked": sum(summary["records"]["acked"].values()),
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cases", default="a,b,c")
+    ap.add_argument("--seconds", type=int, default=None, help="override every case's simulated duration")
+    ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one, args.seconds or CASES[args.one]["seconds"])))
+        return
+    rows = []
+    for name in args.cases.split(","):
+        print(f"running case {name} ...", file=sys.stderr, flush=True)
+        cmd = [sys.executable, __file__, "--one", name] + (["--seconds", str(args.seconds)] if args.seconds else [])
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+    print(f"{'case':<5}{'brokers':>8}{'partitions':>11}{'sim s':>7}{'wall s':>8}{'speed':>9}{'target':>8}"
+          f"{'ratio':>7}{'events/s':>10}{'peak MB':>9}")
+    for r in rows:
+        c = CASES[r["case"]]
+        print(f"{r['case']:<5}{c['brokers']:>8}{c['partitions']:>11}{r['simulated_s']:>7}{r['wall_s']:>8}"
+              f"{r['speed_x']:>8}x{c['target']:>7}x{r['speed_x'] / c['target']:>7.2f}{r['events_per_s']:>10}"
+              f"{r['peak_rss_mb']:>9}")
+
+
+if __name__ == "__main__":
+    main()
