@@ -7,7 +7,7 @@ The model only ever reads `SimClock.now_ms`; pacing to wall time lives outside t
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -16,20 +16,12 @@ class SimClock:
     now_ms: int = 0
 
 
-@dataclass(order=True)
-class _Entry:
-    at_ms: int
-    priority: int
-    seq: int
-    kind: str = field(compare=False)
-    payload: Any = field(compare=False)
-
-
 class EventQueue:
     """A heap of (time, priority, insertion sequence) — ties break deterministically, never by hash."""
 
     def __init__(self, clock: SimClock) -> None:
-        self._heap: list[_Entry] = []
+        # (time, priority, insertion sequence, kind, payload): tuples compare natively and fast.
+        self._heap: list[tuple[int, int, int, str, Any]] = []
         self._seq = 0
         self.clock = clock
         self.processed = 0
@@ -41,21 +33,22 @@ class EventQueue:
         if at_ms < self.clock.now_ms:
             raise AssertionError(f"event {kind} scheduled in the past: {at_ms} < {self.clock.now_ms}")
         self._seq += 1
-        heapq.heappush(self._heap, _Entry(at_ms, priority, self._seq, kind, payload))
+        heapq.heappush(self._heap, (at_ms, priority, self._seq, kind, payload))
 
     def next_time(self) -> int | None:
-        return self._heap[0].at_ms if self._heap else None
+        return self._heap[0][0] if self._heap else None
 
     def pop(self) -> tuple[str, Any]:
-        e = heapq.heappop(self._heap)
-        self.clock.now_ms = e.at_ms
+        at_ms, _prio, _seq, kind, payload = heapq.heappop(self._heap)
+        self.clock.now_ms = at_ms
         self.processed += 1
-        return e.kind, e.payload
+        return kind, payload
 
     def pop_same(self, kind: str) -> list[Any]:
         """Pop every further event of `kind` due now, so they can be processed as one vector."""
         out = []
-        while self._heap and self._heap[0].at_ms == self.clock.now_ms and self._heap[0].kind == kind:
-            out.append(heapq.heappop(self._heap).payload)
+        heap = self._heap
+        while heap and heap[0][0] == self.clock.now_ms and heap[0][3] == kind:
+            out.append(heapq.heappop(heap)[4])
             self.processed += 1
         return out

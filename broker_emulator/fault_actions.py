@@ -46,6 +46,7 @@ def _crash(sim: Simulation, a: Action, loss: str | None = None) -> None:
             if removed:
                 sim.events.emit("truncation", broker_id=b, p=p, cause=loss, records=removed,
                                 detail={"to_offset": int(t.leo[p, s])})
+                sim.ledger.check_all_replicas(p)
 
 
 def _power_loss(sim: Simulation, a: Action) -> None:

@@ -78,24 +78,40 @@ class Ledger:
 
     def check_leader(self, p: int, s: int) -> None:
         """Slot s just became leader of p: anything acknowledged that its log lacks is lost."""
+        self._settle(p, [s])
+
+    def check_all_replicas(self, p: int) -> None:
+        """After power or disk loss: what no replica holds any more is lost, leader or not."""
+        self._settle(p, list(range(int(self.sim.table.rf[p]))))
+
+    def _settle(self, p: int, slots: list[int]) -> None:
         t = self.sim.table
         ranges = self.ranges.get(p)
         if not ranges:
             return
-        log_start = int(t.log_start[p, s])
+        log_start = min(int(t.log_start[p, s]) for s in slots)
         kept: list[list[int]] = []
         for start, end, epoch, acks in ranges:
             if end <= log_start:
                 continue  # deleted by retention, not lost
-            span = t.epoch_end(p, s, epoch)
             surv_end = start
-            if span is not None and span[0] <= start:
-                surv_end = max(start, min(end, span[1]))
+            for s in slots:
+                span = t.epoch_end(p, s, epoch)
+                if span is not None and span[0] <= start:
+                    surv_end = max(surv_end, min(end, span[1]))
             if surv_end < end:
-                self._lost(p, s, acks, end - surv_end)
+                self._lost(p, slots[0] if len(slots) == 1 else self._holder(p), acks, end - surv_end)
             if surv_end > start:
                 kept.append([start, surv_end, epoch, acks])
         self.ranges[p] = kept
+
+    def _holder(self, p: int) -> int:
+        """The slot to blame for a loss found on all replicas: the one that lost data most recently."""
+        t = self.sim.table
+        for s in range(int(t.rf[p])):
+            if self.sim.data_loss_by_broker.get(int(t.replicas[p, s])):
+                return s
+        return 0
 
     def check_replica_truncation(self, p: int) -> None:
         """A replica truncated: writes a stale leader acknowledged may just have disappeared."""
@@ -124,10 +140,10 @@ class Ledger:
         sim = self.sim
         _seq, kind = sim.controller.last_election.get(p, (-1, "clean"))
         broker = int(sim.table.replicas[p, s])
+        if sim.data_loss_by_broker.get(broker):
+            return sim.data_loss_by_broker[broker]  # its copy went with the page cache (or the disk)
         if kind in ("unclean", "last_known_leader"):
             return "unclean_election"
-        if sim.data_loss_by_broker.get(broker):
-            return sim.data_loss_by_broker[broker]
         if sim.stale_leader_writes.get(p):
             return "stale_leader"
         if sim.cfg.truncation == "high_watermark":

@@ -135,53 +135,68 @@ class Replication:
 
     # --- leader side --------------------------------------------------------------------------------
     def at_leader(self, requests: list[FetchRequest]) -> None:
-        sim = self.sim
+        sim, t = self.sim, self.t
+        live: list[FetchRequest] = []
         for req in requests:
-            if not sim.brokers.running(req.leader):
-                if sim.brokers.is_paused(req.leader):
-                    sim.brokers.stall(req.leader, "fetch_leader", req)
-                else:
-                    sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send",
-                                       (req.follower, req.leader))
-                continue
-            self._track(req)
-            t = self.t
-            leader_leo = t.leo[req.ps, req.ls]
-            if not (leader_leo > req.offsets).any():
+            if sim.brokers.running(req.leader):
+                live.append(req)
+            elif sim.brokers.is_paused(req.leader):
+                sim.brokers.stall(req.leader, "fetch_leader", req)
+            else:
+                sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send",
+                                   (req.follower, req.leader))
+        if not live:
+            return
+        self._track(live)
+        for req in live:
+            if not (t.leo[req.ps, req.ls] > req.offsets).any():
                 self.parked[(req.follower, req.leader)] = req
                 sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_wait_max_ms, "fetch_wake",
                                    (req.follower, req.leader, req.request_id))
-                continue
-            self.respond(req)
+            else:
+                self.respond(req)
 
-    def _track(self, req: FetchRequest) -> None:
-        """Update the leader's view of the follower, lastCaughtUpTimeMs, ISR expansion and the HW."""
+    def _track(self, requests: list[FetchRequest]) -> None:
+        """Update the leader's view of the followers, lastCaughtUpTimeMs, ISR expansion and the HW."""
         sim, t = self.sim, self.t
         now = sim.clock.now_ms
-        ps, ss, ls = req.ps, req.ss, req.ls
-        acting = (t.known_leader[ps, ls] == req.leader) & (t.known_epoch[ps, ls] == req.epochs)
-        current = acting & (t.leader[ps] == req.leader) & (t.leader_epoch[ps] == req.epochs)
-        ps, ss, ls, off = ps[current], ss[current], ls[current], req.offsets[current]
+        if len(requests) == 1:
+            r = requests[0]
+            ps, ss, ls, off, epochs = r.ps, r.ss, r.ls, r.offsets, r.epochs
+            leaders: np.ndarray | int = r.leader
+        else:
+            ps = np.concatenate([r.ps for r in requests])
+            ss = np.concatenate([r.ss for r in requests])
+            ls = np.concatenate([r.ls for r in requests])
+            off = np.concatenate([r.offsets for r in requests])
+            epochs = np.concatenate([r.epochs for r in requests])
+            leaders = np.concatenate([np.full(len(r.ps), r.leader, np.int32) for r in requests])
+        current = ((t.known_leader[ps, ls] == leaders) & (t.known_epoch[ps, ls] == epochs)
+                   & (t.leader[ps] == leaders) & (t.leader_epoch[ps] == epochs))
+        if not current.all():
+            ps, ss, ls, off = ps[current], ss[current], ls[current], off[current]
         if len(ps) == 0:
             return
         leader_leo = t.leo[ps, ls]
         caught_now = off >= leader_leo
         caught_prev = ~caught_now & (off >= t.last_fetch_leader_leo[ps, ss])
-        lcu = t.last_caught_up_ms[ps, ss]
-        lcu = np.where(caught_now, now, np.where(caught_prev, t.last_fetch_ms[ps, ss], lcu))
-        t.last_caught_up_ms[ps, ss] = lcu
+        t.last_caught_up_ms[ps, ss] = np.where(caught_now, now,
+                                               np.where(caught_prev, t.last_fetch_ms[ps, ss],
+                                                        t.last_caught_up_ms[ps, ss]))
         t.last_fetch_leader_leo[ps, ss] = leader_leo
         t.last_fetch_ms[ps, ss] = now
         t.seen_leo[ps, ss] = off
         # ISR expansion: not in the maximal ISR, caught up to HW and to the epoch start, leader recovered.
-        in_max = t.leader_isr[ps, ss] | t.pending_add[ps, ss]
-        candidates = (~in_max & (off >= t.hw[ps, ls]) & (off >= t.epoch_start_offset[ps])
-                      & ~t.alter_inflight[ps] & (t.recovery_state[ps] == 0))
+        candidates = (~(t.leader_isr[ps, ss] | t.pending_add[ps, ss]) & (off >= t.hw[ps, ls])
+                      & (off >= t.epoch_start_offset[ps]) & ~t.alter_inflight[ps] & (t.recovery_state[ps] == 0))
         if candidates.any():
             for p, s in zip(ps[candidates].tolist(), ss[candidates].tolist(), strict=True):
                 if sim.controller.broker_eligible_for_isr(int(t.replicas[p, s])) and not t.alter_inflight[p]:
                     sim.controller.request_isr_change(p, add_slot=s)
-        self.advance_hw(np.unique(ps))
+        # Only partitions whose follower moved can have a higher HW now.
+        moved = off > t.hw[ps, ls]
+        if moved.any():
+            self.advance_hw(np.unique(ps[moved]))
 
     def advance_hw(self, ps: np.ndarray) -> None:
         """maybeIncrementLeaderHW: min LEO over the maximal ISR, frozen while under effective min ISR."""
@@ -219,7 +234,7 @@ class Replication:
         self.respond(req)
 
     def data_appended(self, leader: int, ps: np.ndarray) -> None:
-        """Complete parked fetches of followers of these partitions (the long poll ends on new data)."""
+        """Complete parked fetches of followers of these partitions: the long poll ends on new data."""
         if not self.parked:
             return
         followers = np.unique(self.t.replicas[ps])
@@ -228,7 +243,7 @@ class Replication:
                 continue
             req = self.parked.get((f, leader))
             if req is not None:
-                self.sim.queue.schedule(self.sim.clock.now_ms, "fetch_wake", (f, leader, req.request_id))
+                self.respond(req)
 
     def respond(self, req: FetchRequest) -> None:
         sim, t = self.sim, self.t
@@ -245,35 +260,50 @@ class Replication:
     # --- follower side: apply ----------------------------------------------------------------------
     def at_follower(self, responses: list[FetchResponse]) -> None:
         sim, t = self.sim, self.t
+        live: list[FetchResponse] = []
         for resp in responses:
             req = resp.request
-            key = (req.follower, req.leader)
-            if not sim.brokers.running(req.follower):
-                if sim.brokers.is_paused(req.follower):
-                    sim.brokers.stall(req.follower, "fetch_apply", resp)
-                else:
-                    self.busy[key] = False
-                continue
-            ps, ss = req.ps, req.ss
-            valid = (resp.keep & (t.known_leader[ps, ss] == req.leader) & (t.known_epoch[ps, ss] == req.epochs)
-                     & (t.leo[ps, ss] == req.offsets) & ~t.needs_truncation[ps, ss])
-            ps, ss, ls = ps[valid], ss[valid], req.ls[valid]
-            ends, start = resp.ends[valid], req.offsets[valid]
-            grew = ends > start
-            if grew.any():
-                gp, gs, gl, ge = ps[grew], ss[grew], ls[grew], ends[grew]
-                sim.logs.append(gp, gs, ge - start[grew])
-                t.leo[gp, gs] = ge
-                stale = np.fromiter((t.last_epoch(p, s) != t.last_epoch(p, lsl)
-                                     for p, s, lsl in zip(gp.tolist(), gs.tolist(), gl.tolist(), strict=True)),
-                                    bool, len(gp))
-                for p, s, lsl, e in zip(gp[stale].tolist(), gs[stale].tolist(), gl[stale].tolist(),
-                                        ge[stale].tolist(), strict=True):
+            if sim.brokers.running(req.follower):
+                live.append(resp)
+            elif sim.brokers.is_paused(req.follower):
+                sim.brokers.stall(req.follower, "fetch_apply", resp)
+            else:
+                self.busy[(req.follower, req.leader)] = False
+        if not live:
+            return
+        if len(live) == 1:
+            r = live[0].request
+            ps, ss, ls, start, epochs = r.ps, r.ss, r.ls, r.offsets, r.epochs
+            leaders: np.ndarray | int = r.leader
+            keep, ends, lhw, lstart = live[0].keep, live[0].ends, live[0].leader_hw, live[0].leader_log_start
+        else:
+            ps = np.concatenate([x.request.ps for x in live])
+            ss = np.concatenate([x.request.ss for x in live])
+            ls = np.concatenate([x.request.ls for x in live])
+            start = np.concatenate([x.request.offsets for x in live])
+            epochs = np.concatenate([x.request.epochs for x in live])
+            leaders = np.concatenate([np.full(len(x.request.ps), x.request.leader, np.int32) for x in live])
+            keep = np.concatenate([x.keep for x in live])
+            ends = np.concatenate([x.ends for x in live])
+            lhw = np.concatenate([x.leader_hw for x in live])
+            lstart = np.concatenate([x.leader_log_start for x in live])
+        valid = (keep & (t.known_leader[ps, ss] == leaders) & (t.known_epoch[ps, ss] == epochs)
+                 & (t.leo[ps, ss] == start) & ~t.needs_truncation[ps, ss])
+        if not valid.all():
+            ps, ss, ls, start, ends, lhw, lstart = (a[valid] for a in (ps, ss, ls, start, ends, lhw, lstart))
+        grew = ends > start
+        if grew.any():
+            gp, gs, gl, ge = ps[grew], ss[grew], ls[grew], ends[grew]
+            sim.logs.append(gp, gs, ge - start[grew])
+            t.leo[gp, gs] = ge
+            for p, s, lsl, e in zip(gp.tolist(), gs.tolist(), gl.tolist(), ge.tolist(), strict=True):
+                if t.last_epoch(p, s) != t.last_epoch(p, lsl):
                     t.copy_epochs_from(p, s, lsl, e)
-            leader_start = np.minimum(resp.leader_log_start[valid], t.leo[ps, ss])
-            t.log_start[ps, ss] = np.maximum(t.log_start[ps, ss], leader_start)
-            t.hw[ps, ss] = np.maximum(t.hw[ps, ss], np.minimum(resp.leader_hw[valid], t.leo[ps, ss]))
-            self.send(key)
+        leo = t.leo[ps, ss]
+        t.log_start[ps, ss] = np.maximum(t.log_start[ps, ss], np.minimum(lstart, leo))
+        t.hw[ps, ss] = np.maximum(t.hw[ps, ss], np.minimum(lhw, leo))
+        for resp in live:
+            self.send((resp.request.follower, resp.request.leader))
 
     # --- ISR shrink -----------------------------------------------------------------------------------
     def check_shrinks(self) -> None:
