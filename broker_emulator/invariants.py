@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class Invariants:
-    def __init__(self, sim: Simulation, sample: int = 2_000) -> None:
+    def __init__(self, sim: Simulation, sample: int = 500) -> None:
         self.sim = sim
         t = sim.table
         self.prev_hw = np.zeros(t.count, np.int64)

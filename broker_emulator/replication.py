@@ -52,6 +52,7 @@ class Replication:
         self._sessions: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
         self._broker_replicas: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._request_ids = 0
+        self.session_fetch_ms: dict[tuple[int, int], int] = {}
 
     # --- session membership ---------------------------------------------------------------------
     def topology_changed(self) -> None:
@@ -103,6 +104,9 @@ class Replication:
             self.busy[key] = False
             return
         ps, ss = members
+        include = t.fetch_dirty[ps, ss] | ~t.isr[ps, ss]
+        if not include.all():
+            ps, ss = ps[include], ss[include]
         if not sim.network.reachable(follower, leader) or not sim.brokers.accepts_requests(leader):
             sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send", key)
             return
@@ -147,9 +151,12 @@ class Replication:
                                    (req.follower, req.leader))
         if not live:
             return
+        now = sim.clock.now_ms
+        for req in live:
+            self.session_fetch_ms[(req.follower, req.leader)] = now
         self._track(live)
         for req in live:
-            if not (t.leo[req.ps, req.ls] > req.offsets).any():
+            if len(req.ps) == 0 or not (t.leo[req.ps, req.ls] > req.offsets).any():
                 self.parked[(req.follower, req.leader)] = req
                 sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_wait_max_ms, "fetch_wake",
                                    (req.follower, req.leader, req.request_id))
@@ -220,6 +227,7 @@ class Replication:
         move = (isr_size >= eff_min) & (candidate > old) & (candidate != I64_MAX)
         if move.any():
             t.hw[ps[move], ls[move]] = candidate[move]
+            t.fetch_dirty[ps[move]] = True
             sim.produce.hw_advanced(ps[move])
 
     def wake(self, payload: tuple[int, int, int]) -> None:
@@ -234,16 +242,50 @@ class Replication:
         self.respond(req)
 
     def data_appended(self, leader: int, ps: np.ndarray) -> None:
-        """Complete parked fetches of followers of these partitions: the long poll ends on new data."""
+        """The leader appended to `ps`: followers that were caught up stop being so.
+
+        A caught-up follower's partitions are left out of its incremental fetches, so the leader
+        records now what Kafka would have recorded at the session's last fetch: the follower was
+        caught up then. Parked fetches of these followers complete with the new data (the leader's
+        fetch session knows every partition of the session, not only those in the request).
+        """
+        t = self.t
+        reps = t.replicas[ps]
+        for i, p in enumerate(ps.tolist()):
+            for s in range(int(t.rf[p])):
+                f = int(reps[i, s])
+                if f == leader or t.fetch_dirty[p, s]:
+                    continue
+                fetched = self.session_fetch_ms.get((f, leader))
+                if fetched is not None and fetched > t.last_fetch_ms[p, s]:
+                    t.last_caught_up_ms[p, s] = max(int(t.last_caught_up_ms[p, s]), fetched)
+                    t.last_fetch_ms[p, s] = fetched
+                    t.last_fetch_leader_leo[p, s] = t.seen_leo[p, s]
+        t.fetch_dirty[ps] = True
         if not self.parked:
             return
-        followers = np.unique(self.t.replicas[ps])
-        for f in followers.tolist():
+        for f in np.unique(reps).tolist():
             if f in (NO_BROKER, leader):
                 continue
             req = self.parked.get((f, leader))
             if req is not None:
+                self._add_to_request(req, ps)
                 self.respond(req)
+
+    def _add_to_request(self, req: FetchRequest, ps: np.ndarray) -> None:
+        t = self.t
+        rows, slots = np.nonzero(t.replicas[ps] == req.follower)
+        add_ps = ps[rows]
+        known = (t.known_leader[add_ps, slots] == req.leader) & ~np.isin(add_ps, req.ps)
+        if not known.any():
+            return
+        add_ps, slots = add_ps[known], slots[known].astype(np.int64)
+        add_ls = np.argmax(t.replicas[add_ps] == req.leader, axis=1)
+        req.ps = np.concatenate([req.ps, add_ps])
+        req.ss = np.concatenate([req.ss, slots])
+        req.ls = np.concatenate([req.ls, add_ls])
+        req.offsets = np.concatenate([req.offsets, t.leo[add_ps, slots]])
+        req.epochs = np.concatenate([req.epochs, t.known_epoch[add_ps, slots]])
 
     def respond(self, req: FetchRequest) -> None:
         sim, t = self.sim, self.t
@@ -253,6 +295,8 @@ class Replication:
         max_records = np.maximum(sim.cfg.replica_fetch_max_bytes // t.record_bytes[ps], 1)
         ends = np.where(keep, np.minimum(t.leo[ps, ls], req.offsets + max_records), req.offsets)
         ends = np.maximum(ends, req.offsets)
+        settled = keep & (ends == req.offsets) & (req.offsets >= t.leo[ps, ls]) & ~t.needs_truncation[ps, req.ss]
+        t.fetch_dirty[ps[settled], req.ss[settled]] = False
         resp = FetchResponse(req, keep, ends, t.hw[ps, ls].copy(), t.log_start[ps, ls].copy())
         delay = sim.cfg.network_latency_ms + sim.brokers.fetch_delay_ms(req.follower)
         sim.queue.schedule(sim.clock.now_ms + delay, "fetch_apply", resp)
@@ -296,6 +340,7 @@ class Replication:
             gp, gs, gl, ge = ps[grew], ss[grew], ls[grew], ends[grew]
             sim.logs.append(gp, gs, ge - start[grew])
             t.leo[gp, gs] = ge
+            t.fetch_dirty[gp, gs] = True
             for p, s, lsl, e in zip(gp.tolist(), gs.tolist(), gl.tolist(), ge.tolist(), strict=True):
                 if t.last_epoch(p, s) != t.last_epoch(p, lsl):
                     t.copy_epochs_from(p, s, lsl, e)

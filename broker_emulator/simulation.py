@@ -218,6 +218,7 @@ class Simulation:
         epoch_changed = t.known_epoch[p, s] != new_epoch
         t.known_leader[p, s] = new_leader
         t.known_epoch[p, s] = new_epoch
+        t.fetch_dirty[p] = True
         if new_leader == b:
             if epoch_changed or not was_leader:
                 self._become_leader(p, s)

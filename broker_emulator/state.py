@@ -75,12 +75,16 @@ class PartitionTable:
         self.seg_bytes = np.zeros((p, r), i64)
         self.seg_created_ms = np.zeros((p, r), i64)
         self.needs_truncation = np.zeros((p, r), bool)
+        # Incremental fetch sessions (KIP-227): a follower replica is in its next fetch request only
+        # when something changed for it (new data, a new HW, truncation, not in the ISR).
+        self.fetch_dirty = np.ones((p, r), bool)
         # --- per-partition constants from the topic ---
         self.record_bytes = np.full(p, 512, i64)
         self.configured_min_isr = np.ones(p, i32)
         self.unclean = np.zeros(p, bool)
         # Python-side structures, per partition then slot.
         self.epoch_caches: list[list[list[tuple[int, int]]]] = []
+        self.assignment: list[list[int]] = []  # replicas as Python lists: slot lookups without NumPy
         self.segments: list[list[list[Segment]]] = []
 
     # --- topology ---------------------------------------------------------------------------
@@ -97,15 +101,16 @@ class PartitionTable:
         self.seg_created_ms[p, :] = now_ms
         self.record_bytes[p] = record_bytes
         self.epoch_caches.append([[] for _ in range(self.max_rf)])
+        self.assignment.append(list(replicas))
         self.segments.append([[] for _ in range(self.max_rf)])
         return p
 
     def slot_of(self, p: int, broker_id: int) -> int:
-        hits = np.flatnonzero(self.replicas[p] == broker_id)
-        return int(hits[0]) if len(hits) else -1
+        reps = self.assignment[p]
+        return reps.index(broker_id) if broker_id in reps else -1
 
     def replica_list(self, p: int) -> list[int]:
-        return [int(b) for b in self.replicas[p, : self.rf[p]]]
+        return list(self.assignment[p])
 
     def members(self, p: int, mask: np.ndarray) -> list[int]:
         """Broker ids of the slots set in a [R] mask, in assignment order."""
@@ -175,6 +180,7 @@ class PartitionTable:
     def truncate(self, p: int, s: int, offset: int) -> int:
         """Truncate slot s's log to `offset` (exclusive end); returns records removed."""
         offset = max(offset, int(self.log_start[p, s]))
+        self.fetch_dirty[p] = True
         removed = int(self.leo[p, s]) - offset
         if removed <= 0:
             return 0
@@ -203,6 +209,7 @@ class PartitionTable:
     def wipe(self, p: int, s: int) -> int:
         """Disk loss: the replica comes back with an empty log."""
         removed = int(self.leo[p, s] - self.log_start[p, s])
+        self.fetch_dirty[p] = True
         for arr in (self.leo, self.hw, self.log_start, self.flushed, self.writeback_mark, self.seg_base,
                     self.seg_bytes):
             arr[p, s] = 0
