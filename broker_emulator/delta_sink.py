@@ -17,10 +17,23 @@ from schemas.table import TableDef
 
 
 class DeltaSink:
-    def __init__(self, lakehouse: str, run_id: str) -> None:
+    """Appends batches; every `maintain_every` batches it compacts, checkpoints and vacuums.
+
+    A live run commits once a second per table: without maintenance a day is 86,400 small files and
+    log entries per table. Compaction merges them, a checkpoint bounds log replay, and vacuum removes
+    the compacted-away files older than `vacuum_retention_hours`.
+    """
+
+    def __init__(self, lakehouse: str, run_id: str, *, maintain_every: int = 600,
+                 vacuum_retention_hours: int = 24) -> None:
+        if maintain_every < 1:
+            raise ValueError(f"maintain_every must be >= 1, got {maintain_every}")
         self.lakehouse = lakehouse
         self.run_id = run_id
         self.app_id = f"isrwatch-emulator/{run_id}"
+        self.maintain_every = maintain_every
+        self.vacuum_retention_hours = vacuum_retention_hours
+        self.batches_written = 0
 
     def written_version(self, td: TableDef) -> int:
         """The last batch id this run committed to `td`, or -1."""
@@ -46,6 +59,10 @@ class DeltaSink:
                             commit_properties=CommitProperties(
                                 app_transactions=[Transaction(self.app_id, batch_id)]))
             written.append(td.name)
+        if written:
+            self.batches_written += 1
+            if self.batches_written % self.maintain_every == 0:
+                compact_and_checkpoint(self.lakehouse, tuple(tables), self.vacuum_retention_hours)
         return written
 
 

@@ -49,7 +49,7 @@ class Replication:
         self.t = sim.table
         self.busy: dict[tuple[int, int], bool] = {}
         self.parked: dict[tuple[int, int], FetchRequest] = {}
-        self._sessions: dict[int, dict[int, tuple[np.ndarray, np.ndarray]]] = {}
+        self._sessions: dict[int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
         self._broker_replicas: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._request_ids = 0
         self.session_fetch_ms: dict[tuple[int, int], int] = {}
@@ -69,8 +69,8 @@ class Replication:
             self._broker_replicas[broker_id] = (ps.astype(np.int64), ss.astype(np.int64))
         return self._broker_replicas[broker_id]
 
-    def sessions_of(self, follower: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        """Leader broker -> (partitions, follower slots) that `follower` fetches from it."""
+    def sessions_of(self, follower: int) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Leader broker -> (partitions, follower slots, leader slots) that `follower` fetches from it."""
         cached = self._sessions.get(follower)
         if cached is None:
             ps, ss = self._replicas_of(follower)
@@ -80,7 +80,8 @@ class Replication:
                 if leader in (NO_BROKER, follower):
                     continue
                 sel = leaders == leader
-                cached[int(leader)] = (ps[sel], ss[sel])
+                lps = ps[sel]
+                cached[int(leader)] = (lps, ss[sel], np.argmax(self.t.replicas[lps] == leader, axis=1))
             self._sessions[follower] = cached
         return cached
 
@@ -103,17 +104,16 @@ class Replication:
         if members is None or len(members[0]) == 0:
             self.busy[key] = False
             return
-        ps, ss = members
+        ps, ss, ls = members
         include = t.fetch_dirty[ps, ss] | ~t.isr[ps, ss]
         if not include.all():
-            ps, ss = ps[include], ss[include]
+            ps, ss, ls = ps[include], ss[include], ls[include]
         if not sim.network.reachable(follower, leader) or not sim.brokers.accepts_requests(leader):
             sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send", key)
             return
         trunc = t.needs_truncation[ps, ss]
         if trunc.any():
             self._truncate_before_fetch(ps[trunc], ss[trunc], leader)
-        ls = np.argmax(t.replicas[ps] == leader, axis=1)
         self._request_ids += 1
         req = FetchRequest(follower, leader, ps, ss, ls, t.leo[ps, ss].copy(), t.known_epoch[ps, ss].copy(),
                            self._request_ids)

@@ -60,3 +60,16 @@ def test_delta_spark_reads_every_bronze_table(spark, lakehouse: str) -> None:  #
     states = spark.read.format("delta").load(PARTITION_STATE.path(lakehouse))
     row = states.orderBy("ts", "partition").first()
     assert row.ts.year == 2026 and len(row.replicas) == 3 and len(row.replica_leos) == 3
+
+
+def test_periodic_maintenance_compacts_and_checkpoints(lakehouse: str) -> None:
+    sc = parse_scenario({**SCENARIO, "flush_every_intervals": 1}, "<test>")
+    sink = DeltaSink(lakehouse, "bronze-test-s3", maintain_every=10)
+    Simulation(sc, sink).run()
+    dt = DeltaTable(PARTITION_STATE.path(lakehouse))
+    assert dt.to_pyarrow_table().num_rows == 4 * 20  # compaction changes files, never rows
+    assert len(dt.file_uris()) < 21  # 21 appends, compacted twice
+    import os
+
+    log = os.path.join(PARTITION_STATE.path(lakehouse), "_delta_log")
+    assert any(name.endswith(".checkpoint.parquet") for name in os.listdir(log))
