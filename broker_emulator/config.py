@@ -85,6 +85,7 @@ class ProducerSpec:
 class ConsumerSpec:
     group: str
     topic: str
+    rate_per_s: float | None = None  # records/s the group can process; None: keeps up with the HW
 
 
 @dataclass(frozen=True)

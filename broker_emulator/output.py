@@ -14,7 +14,15 @@ import pyarrow as pa
 
 from broker_emulator.config import acks_label
 from broker_emulator.metrics import MBEANS, metric_name
-from schemas.bronze import ACK_LEDGER, BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS, TOPIC_CONFIGS
+from schemas.bronze import (
+    ACK_LEDGER,
+    BROKER_METRICS,
+    CLUSTER_EVENTS,
+    CONSUMER_PROGRESS,
+    PARTITION_STATE,
+    RUNS,
+    TOPIC_CONFIGS,
+)
 from schemas.table import TableDef
 
 if TYPE_CHECKING:
@@ -62,6 +70,8 @@ class Recorder:
         if self.intervals % every == 0:
             self.partition_state()
         self._ledger(ts)
+        sim.consumers.poll(sim.scenario.metric_interval_ms)
+        self._consumers(ts)
         self._events()
         if self.intervals % sim.scenario.flush_every_intervals == 0:
             self.flush(final=False)
@@ -78,6 +88,15 @@ class Recorder:
                      records_failed=[counters[k].failed for k in keys], records_lost=[counters[k].lost for k in keys],
                      lost_by_event_seq=[counters[k].lost_by_seq for k in keys],
                      lost_by=[counters[k].lost_by for k in keys])
+
+    def _consumers(self, ts: int) -> None:
+        t, names = self.sim.table, self.sim.topic_names
+        rows = self.sim.consumers.drain()
+        self._extend(CONSUMER_PROGRESS, ts=[ts] * len(rows), group=[r[0] for r in rows],
+                     topic=[names[int(t.topic_index[r[1]])] for r in rows],
+                     partition=[int(t.partition_index[r[1]]) for r in rows], position=[r[2] for r in rows],
+                     high_watermark=[r[3] for r in rows], lag=[r[4] for r in rows],
+                     records_consumed=[r[5] for r in rows], records_read_then_lost=[r[6] for r in rows])
 
     def _events(self) -> None:
         rows = self.sim.events.drain()

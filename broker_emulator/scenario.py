@@ -346,7 +346,8 @@ def _workload(r: _Reader, source: str, topics: set[str]) -> tuple[tuple[Producer
         topic = c.require("topic")
         if topic not in topics:
             raise c.fail("topic", topic, f"unknown topic; known: {sorted(topics)}")
-        consumers.append(ConsumerSpec(str(c.get("group", f"group-{i}")), topic))
+        rate = c.number("rate", minimum=0.0) if c.get("rate") is not None else None
+        consumers.append(ConsumerSpec(str(c.get("group", f"group-{i}")), topic, rate))
         c.finish()
     r.finish()
     return tuple(producers), tuple(consumers)

@@ -67,6 +67,9 @@ class Simulation:
         if scenario.swarm is not None:
             self.faults += scenario.swarm.generate(self.rng_faults, tuple(self.brokers.ids))
         self._create_topics()
+        from broker_emulator.consumers import Consumers
+
+        self.consumers = Consumers(self)
         self.invariants = Invariants(self)
         self.recorder = Recorder(self, sink)
         self._schedule_initial()

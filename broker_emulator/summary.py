@@ -35,6 +35,9 @@ def build_summary(sim: Simulation) -> dict[str, Any]:
         "isr_expands": meters.get("IsrExpandsPerSec", 0),
         "failed_isr_updates": meters.get("FailedIsrUpdatesPerSec", 0),
         "produce_errors": rejected,
+        "consumed": {g.spec.group: g.total_consumed for g in sim.consumers.groups} if hasattr(sim, "consumers") else {},
+        "read_then_lost": ({g.spec.group: g.total_reset for g in sim.consumers.groups}
+                           if hasattr(sim, "consumers") else {}),
         "faults": sum(n for k, n in counts.items() if k.startswith("fault:")),
         "events": sim.events.seq,
         "simulation_events": sim.queue.processed,
@@ -56,6 +59,8 @@ def format_summary(s: dict[str, Any]) -> str:
     lines.append(f"  ISR shrinks {s['isr_shrinks']}, expands {s['isr_expands']}, "
                  f"failed ISR updates {s['failed_isr_updates']}")
     lines.append("  rejected produces: " + (", ".join(f"{k}={v}" for k, v in s["produce_errors"].items()) or "none"))
+    for group, n in s.get("consumed", {}).items():
+        lines.append(f"  consumer group {group}: read {n}, read then lost {s['read_then_lost'].get(group, 0)}")
     lines.append(f"  faults injected {s['faults']}; invariant checks {s['invariant_checks']}, "
                  f"violations {s['invariant_violations']}")
     return "\n".join(lines)

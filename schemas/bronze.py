@@ -125,6 +125,25 @@ ACK_LEDGER = TableDef(
 
 _schema, _docs = columns(
     *_RUN,
+    ("ts", TS, False, "end of the metric interval (UTC)"),
+    ("group", pa.string(), False, "consumer group"),
+    ("topic", pa.string(), False, "topic name"),
+    ("partition", pa.int32(), False, "partition index"),
+    ("position", pa.int64(), False, "the group's next offset to read"),
+    ("high_watermark", pa.int64(), False, "leader's high watermark (-1 when offline): consumers never read past it"),
+    ("lag", pa.int64(), False, "high_watermark - position (0 when offline)"),
+    ("records_consumed", pa.int64(), False, "records the group read in this interval"),
+    ("records_read_then_lost", pa.int64(), False, "records the group had read that a new leader's log no "
+     "longer holds (its fetch went out of range and reset to the HW) in this interval"),
+)
+CONSUMER_PROGRESS = TableDef(
+    "bronze", "consumer_progress", _schema, ("run_id", "ts", "group", "topic", "partition"),
+    "Consumer groups reading up to the high watermark: position, lag, and records read then lost.",
+    _docs,
+)
+
+_schema, _docs = columns(
+    *_RUN,
     ("scenario", pa.string(), False, "scenario name"),
     ("seed", pa.int64(), False, "root seed"),
     ("start_ts", TS, False, "virtual time the run starts at (UTC)"),
@@ -141,5 +160,5 @@ RUNS = TableDef(
 )
 
 BRONZE_TABLES: tuple[TableDef, ...] = (
-    BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, TOPIC_CONFIGS, ACK_LEDGER, RUNS,
+    BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, TOPIC_CONFIGS, ACK_LEDGER, CONSUMER_PROGRESS, RUNS,
 )

@@ -15,7 +15,8 @@ SCENARIO = {
     "name": "bronze-test", "seed": 3, "duration": "20s", "flush_every_intervals": 5,
     "cluster": {"brokers": 3, "racks": ["a", "b", "c"]},
     "topics": [{"name": "t", "partitions": 4, "replication.factor": 3, "config": {"min.insync.replicas": 2}}],
-    "workload": {"producers": [{"topic": "t", "acks": "all", "rate": 200}]},
+    "workload": {"producers": [{"topic": "t", "acks": "all", "rate": 200}],
+                 "consumers": [{"group": "g", "topic": "t"}]},
     "faults": [{"at": "5s", "kind": "crash", "broker": 2, "duration": "8s"}],
 }
 

@@ -82,6 +82,9 @@ def test_unclean_election_loses_d_and_e() -> None:
     assert summary["lost_by"] == {"unclean_election": 2}
     assert summary["elections"] == {"clean": 1, "unclean": 1}
     assert (leo(sim, 3), hw(sim)) == (3, 3)
+    # The auditor group had read all five records; D and E then vanished under it.
+    assert summary["consumed"] == {"auditor": 5}
+    assert summary["read_then_lost"] == {"auditor": 2}
 
 
 def test_no_loss_when_unclean_election_is_disabled() -> None:
@@ -97,4 +100,5 @@ def test_no_loss_when_unclean_election_is_disabled() -> None:
     summary = sim.run()
     assert leader_of(sim) == -1  # offline: waits for an ISR member instead of losing data
     assert summary["records"]["lost"] == {}
+    assert summary["read_then_lost"] == {"auditor": 0}
     assert summary["elections"] == {"clean": 1, "offline": 1}
