@@ -31,6 +31,7 @@ demo: venv jars
 
 test: venv jars
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
 test-all: venv jars

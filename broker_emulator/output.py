@@ -47,7 +47,7 @@ class Recorder:
         return (self.sim.scenario.start_epoch_ms + (self.sim.clock.now_ms if now_ms is None else now_ms)) * 1000
 
     def _extend(self, td: TableDef, **columns: list[Any]) -> None:
-        fresh = {name: [] for name in td.arrow_schema.names if name not in ("run_id", "batch_id")}
+        fresh: dict[str, list[Any]] = {n: [] for n in td.arrow_schema.names if n not in ("run_id", "batch_id")}
         cols = self.cols.setdefault(td, fresh)
         n = None
         for name, values in columns.items():

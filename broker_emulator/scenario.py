@@ -84,7 +84,7 @@ class _Reader:
             raise self.fail(k, None, "is required")
         return self.data[k]
 
-    def int(self, k: str, default: int | None = None, *, minimum: int | None = None) -> int:
+    def integer(self, k: str, default: int | None = None, *, minimum: int | None = None) -> int:
         v = self.get(k, default) if default is not None else self.require(k)
         if isinstance(v, bool) or not isinstance(v, int):
             raise self.fail(k, v, "expected an integer")
@@ -100,11 +100,11 @@ class _Reader:
             raise self.fail(k, v, f"must be >= {minimum}")
         return float(v)
 
-    def bool(self, k: str, default: bool | None = None) -> bool | None:
+    def boolean(self, k: str, default: bool | None = None) -> bool | None:
         v = self.get(k, default)
         if v is not None and not isinstance(v, bool):
             raise self.fail(k, v, "expected true or false")
-        return v  # type: ignore[no-any-return]
+        return v
 
     def duration(self, k: str, default: int | str | None = None, *, minimum: int = 0) -> int:
         v = self.get(k, default) if default is not None else self.require(k)
@@ -219,14 +219,14 @@ def parse_scenario(data: Any, source: str) -> Scenario:
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise r.fail("name", name, "expected letters, digits, '.', '_' or '-'")
     description = r.get("description", "")
-    seed = r.int("seed", 1)
+    seed = r.integer("seed", 1)
     duration_ms = r.duration("duration", minimum=1)
     metric_interval_ms = r.duration("metric_interval", "1s", minimum=1)
     ps_interval_ms = r.duration("partition_state_interval", metric_interval_ms, minimum=1)
     if ps_interval_ms % metric_interval_ms:
         raise r.fail("partition_state_interval", r.get("partition_state_interval"),
                      "must be a multiple of metric_interval")
-    flush_every = r.int("flush_every_intervals", 60, minimum=1)
+    flush_every = r.integer("flush_every_intervals", 60, minimum=1)
     start = r.get("start_time", "2026-01-01T00:00:00Z")
     start_epoch_ms = _parse_utc(source, start)
     cluster = _cluster(r.child("cluster"), source)
@@ -236,7 +236,7 @@ def parse_scenario(data: Any, source: str) -> Scenario:
     swarm = None
     if r.get("swarm") is not None:
         s = r.child("swarm")
-        swarm = SwarmProfile(faults=s.int("faults", minimum=0), start_ms=s.duration("from", "10s"),
+        swarm = SwarmProfile(faults=s.integer("faults", minimum=0), start_ms=s.duration("from", "10s"),
                              heal_ms=s.duration("heal_by", max(duration_ms - 60_000, 1)),
                              max_duration_ms=s.duration("max_duration", "40s", minimum=1_001))
         kinds = s.get("kinds")
@@ -266,7 +266,7 @@ def _parse_utc(source: str, v: Any) -> int:
 
 
 def _cluster(r: _Reader, source: str) -> ClusterSpec:
-    n = r.int("brokers", minimum=1)
+    n = r.integer("brokers", minimum=1)
     racks = r.get("racks")
     if racks is not None and (not isinstance(racks, list) or not racks or not all(isinstance(x, str) for x in racks)):
         raise r.fail("racks", racks, "expected a non-empty list of rack names")
@@ -292,11 +292,11 @@ def _topics(r: _Reader, source: str, cluster: ClusterSpec) -> tuple[TopicSpec, .
         name = t.require("name")
         if not isinstance(name, str) or not name or any(o.name == name for o in out):
             raise t.fail("name", name, "expected a unique topic name")
-        rf = t.int("replication.factor", minimum=1)
+        rf = t.integer("replication.factor", minimum=1)
         if rf > len(cluster.brokers):
             raise t.fail("replication.factor", rf,
                          f"INVALID_REPLICATION_FACTOR: only {len(cluster.brokers)} brokers")
-        parts = t.int("partitions", minimum=1)
+        parts = t.integer("partitions", minimum=1)
         config = _settings(t, "config", _TOPIC_KEYS, TopicConfig, source)
         if config.segment_bytes < 14:
             raise t.fail("config.segment.bytes", config.segment_bytes, "must be at least 14")
@@ -329,11 +329,11 @@ def _workload(r: _Reader, source: str, topics: set[str]) -> tuple[tuple[Producer
             raise p.fail("topic", topic, f"unknown topic; known: {sorted(topics)}")
         spec = ProducerSpec(
             name=str(p.get("name", f"producer-{i}")), topic=topic, acks=_acks(p, "acks"),
-            rate_per_s=p.number("rate", minimum=0.0), record_bytes=p.int("record.bytes", 512, minimum=1),
-            linger_ms=p.duration("linger.ms", 5, minimum=1), batch_size=p.int("batch.size", 16_384, minimum=1),
+            rate_per_s=p.number("rate", minimum=0.0), record_bytes=p.integer("record.bytes", 512, minimum=1),
+            linger_ms=p.duration("linger.ms", 5, minimum=1), batch_size=p.integer("batch.size", 16_384, minimum=1),
             request_timeout_ms=p.duration("request.timeout.ms", 30_000, minimum=1),
             delivery_timeout_ms=p.duration("delivery.timeout.ms", 120_000, minimum=1),
-            retries=p.int("retries", 2_147_483_647, minimum=0),
+            retries=p.integer("retries", 2_147_483_647, minimum=0),
             retry_backoff_ms=p.duration("retry.backoff.ms", 100, minimum=1),
             retry_backoff_max_ms=p.duration("retry.backoff.max.ms", 1_000, minimum=1),
             start_ms=p.duration("start", 0), stop_ms=p.duration("stop") if p.get("stop") is not None else None,
@@ -397,7 +397,7 @@ def _faults(r: _Reader, source: str, cluster: ClusterSpec, topics: dict[str, Top
             if not members:
                 raise f.fail("rack", rack, "unknown fault target: no broker has this rack")
             fault = dataclasses.replace(fault, rack=rack, rack_members=members,
-                                        power_loss=bool(f.bool("power_loss", False)))
+                                        power_loss=bool(f.boolean("power_loss", False)))
         elif kind == "network_partition":
             groups = f.require("groups")
             valid = set(cluster.broker_ids) | {CONTROLLER}
