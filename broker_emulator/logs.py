@@ -38,10 +38,21 @@ class Logs:
     def append_leader(self, p: int, s: int, records: int) -> None:
         """The leader appends `records` in its current epoch."""
         t = self.t
+        now = self.sim.clock.now_ms
+        leo = int(t.leo[p, s])
         if not t.epoch_caches[p][s] or t.epoch_caches[p][s][-1][0] < t.known_epoch[p, s]:
-            t.assign_epoch(p, s, int(t.known_epoch[p, s]), int(t.leo[p, s]))
-        self.append(np.asarray([p]), np.asarray([s]), np.asarray([records], np.int64))
-        t.leo[p, s] += records
+            t.assign_epoch(p, s, int(t.known_epoch[p, s]), leo)
+        # The same rules as append(), with Python scalars: one partition needs no vector.
+        add = records * int(t.record_bytes[p])
+        seg_bytes = int(t.seg_bytes[p, s])
+        if seg_bytes > 0 and (seg_bytes + add > self.segment_bytes[p]
+                              or now - int(t.seg_created_ms[p, s]) >= self.segment_ms[p]):
+            self._roll(p, s)
+        t.seg_bytes[p, s] += add
+        if leo + records - int(t.flushed[p, s]) >= self.flush_messages[p]:
+            t.flushed[p, s] = leo + records
+            t.last_flush_ms[p, s] = now
+        t.leo[p, s] = leo + records
 
     def append(self, ps: np.ndarray, ss: np.ndarray, records: np.ndarray) -> None:
         """Account `records` appended at each (p, s)'s current LEO (the caller moves the LEO)."""

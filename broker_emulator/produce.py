@@ -130,16 +130,30 @@ class Produce:
         self.send([b])
 
     # --- broker side -------------------------------------------------------------------------------
-    def arrive(self, payload: tuple[int, list[Batch]]) -> None:
-        sim, t = self.sim, self.t
-        leader, batches = payload
-        if not sim.brokers.running(leader):
-            if sim.brokers.is_paused(leader):
+    def arrive(self, payloads: list[tuple[int, list[Batch]]]) -> None:
+        """Every produce request that reaches its leader in this millisecond, processed together."""
+        sim = self.sim
+        appended_by_leader: dict[int, list[int]] = {}
+        for payload in payloads:
+            leader, batches = payload
+            if sim.brokers.running(leader):
+                appended_by_leader.setdefault(leader, []).extend(self._append(leader, batches))
+            elif sim.brokers.is_paused(leader):
                 sim.brokers.stall(leader, "produce_arrive", payload)
             else:
                 for b in batches:
                     self._retry_later(b, None)
-            return
+        touched: list[np.ndarray] = []
+        for leader in sorted(appended_by_leader):
+            if appended_by_leader[leader]:
+                ps = np.unique(np.asarray(appended_by_leader[leader], np.int64))
+                sim.replication.data_appended(leader, ps)
+                touched.append(ps)
+        if touched:
+            sim.replication.advance_hw(np.unique(np.concatenate(touched)))
+
+    def _append(self, leader: int, batches: list[Batch]) -> list[int]:
+        sim, t = self.sim, self.t
         appended: list[int] = []
         for b in batches:
             spec = self.producers[b.producer].spec
@@ -163,10 +177,7 @@ class Produce:
                                 sim.clock.now_ms + spec.request_timeout_ms)
                 self.pending.setdefault(b.p, []).append(entry)
                 sim.queue.schedule(entry.deadline_ms, "produce_timeout", b.p, priority=7)
-        if appended:
-            ps = np.unique(np.asarray(appended, np.int64))
-            sim.replication.data_appended(leader, ps)
-            sim.replication.advance_hw(ps)
+        return appended
 
     def _error(self, broker: int, b: Batch, error: str) -> None:
         sim = self.sim

@@ -165,7 +165,7 @@ class Simulation:
             "fetch_apply": lambda r: rep.at_follower([r, *self.queue.pop_same("fetch_apply")]),
             "fetch_wake": rep.wake,
             "produce_tick": prod.tick,
-            "produce_arrive": prod.arrive,
+            "produce_arrive": lambda r: prod.arrive([r, *self.queue.pop_same("produce_arrive")]),
             "produce_retry": prod.retry,
             "produce_timeout": prod.complete,
             "alter_partition": ctl.handle_alter,
