@@ -274,16 +274,21 @@ class Replication:
 
     def _add_to_request(self, req: FetchRequest, ps: np.ndarray) -> None:
         t = self.t
-        rows, slots = np.nonzero(t.replicas[ps] == req.follower)
-        add_ps = ps[rows]
-        known = (t.known_leader[add_ps, slots] == req.leader) & ~np.isin(add_ps, req.ps)
-        if not known.any():
+        present = set(req.ps.tolist())
+        add: list[tuple[int, int, int]] = []
+        for p in ps.tolist():
+            if p in present:
+                continue
+            reps = t.assignment[p]
+            if req.follower in reps and t.known_leader[p, reps.index(req.follower)] == req.leader:
+                add.append((p, reps.index(req.follower), reps.index(req.leader)))
+        if not add:
             return
-        add_ps, slots = add_ps[known], slots[known].astype(np.int64)
-        add_ls = np.argmax(t.replicas[add_ps] == req.leader, axis=1)
+        add_ps = np.fromiter((a[0] for a in add), np.int64, len(add))
+        slots = np.fromiter((a[1] for a in add), np.int64, len(add))
         req.ps = np.concatenate([req.ps, add_ps])
         req.ss = np.concatenate([req.ss, slots])
-        req.ls = np.concatenate([req.ls, add_ls])
+        req.ls = np.concatenate([req.ls, np.fromiter((a[2] for a in add), np.int64, len(add))])
         req.offsets = np.concatenate([req.offsets, t.leo[add_ps, slots]])
         req.epochs = np.concatenate([req.epochs, t.known_epoch[add_ps, slots]])
 
