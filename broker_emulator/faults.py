@@ -6,8 +6,8 @@ which scenario or swarm profile produced them.
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, field
+from random import Random
 
 # Every fault kind a scenario may use, with the keys it accepts beyond `at`.
 FAULT_KINDS: dict[str, frozenset[str]] = {
@@ -135,7 +135,7 @@ class SwarmProfile:
                               "controlled_shutdown")
     max_duration_ms: int = 40_000
 
-    def generate(self, rng: random.Random, broker_ids: tuple[int, ...]) -> list[Fault]:
+    def generate(self, rng: Random, broker_ids: tuple[int, ...]) -> list[Fault]:
         out: list[Fault] = []
         for _ in range(self.faults):
             kind = self.kinds[rng.randrange(len(self.kinds))]

@@ -8,13 +8,13 @@ last. RF larger than the number of usable brokers is INVALID_REPLICATION_FACTOR.
 
 from __future__ import annotations
 
-import random
+from random import Random
 
 from broker_emulator.errors import InvalidReplicationFactor
 
 
 def place_replicas(
-    brokers: list[tuple[int, str | None]], partitions: int, replication_factor: int, rng: random.Random
+    brokers: list[tuple[int, str | None]], partitions: int, replication_factor: int, rng: Random
 ) -> list[tuple[int, ...]]:
     """Assign `replication_factor` distinct brokers to each partition; brokers are (id, rack)."""
     if replication_factor <= 0:

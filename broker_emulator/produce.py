@@ -7,8 +7,8 @@ it while the write waited in purgatory), REQUEST_TIMED_OUT (the HW did not pass 
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
+from random import Random
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -54,7 +54,7 @@ class Pending:
 class ProducerState:
     spec: ProducerSpec
     partitions: np.ndarray
-    rng: random.Random
+    rng: Random
     carry: float = 0.0
     sticky: int = 0
     sticky_fill: int = 0
@@ -67,7 +67,7 @@ class Produce:
         self.producers: list[ProducerState] = []
         self.pending: dict[int, list[Pending]] = {}
 
-    def add_producer(self, spec: ProducerSpec, partitions: np.ndarray, rng: random.Random) -> None:
+    def add_producer(self, spec: ProducerSpec, partitions: np.ndarray, rng: Random) -> None:
         state = ProducerState(spec, partitions, rng, sticky=rng.randrange(len(partitions)))
         self.producers.append(state)
         self.sim.queue.schedule(spec.start_ms, "produce_tick", len(self.producers) - 1)

@@ -1,14 +1,14 @@
 """The scenario runner: builds the cluster from a scenario, runs the event loop, applies faults.
 
-One root `random.Random(seed)`; every subsystem gets its own generator derived from it, so adding
+One root `Random(seed)`; every subsystem gets its own generator derived from it, so adding
 randomness in one place does not shift another's stream.
 """
 
 from __future__ import annotations
 
 import functools
-import random
 from collections.abc import Callable
+from random import Random
 from typing import Any
 
 import numpy as np
@@ -40,10 +40,10 @@ class Simulation:
         self.cfg: BrokerConfig = scenario.cluster.config
         self.clock = SimClock(0)
         self.queue = EventQueue(self.clock)
-        root = random.Random(scenario.seed)
-        self.rng_placement = random.Random(root.getrandbits(64))
-        self.rng_workload = random.Random(root.getrandbits(64))
-        self.rng_faults = random.Random(root.getrandbits(64))
+        root = Random(scenario.seed)
+        self.rng_placement = Random(root.getrandbits(64))
+        self.rng_workload = Random(root.getrandbits(64))
+        self.rng_faults = Random(root.getrandbits(64))
         self.run_id = f"{scenario.name}-s{scenario.seed}"
         capacity = sum(t.partitions for t in scenario.topics)
         self.table = PartitionTable(capacity, max(t.replication_factor for t in scenario.topics))
@@ -119,7 +119,7 @@ class Simulation:
                     q.schedule(action.at_ms, "fault", action, priority=1)
         for i, spec in enumerate(sc.producers):
             ps = np.arange(*self.topic_range[spec.topic])
-            self.produce.add_producer(spec, ps, random.Random(self.rng_workload.getrandbits(64) + i))
+            self.produce.add_producer(spec, ps, Random(self.rng_workload.getrandbits(64) + i))
         q.schedule(cfg.broker_heartbeat_interval_ms, "heartbeat_check", priority=2)
         q.schedule(cfg.replica_lag_time_max_ms // 2, "isr_check", priority=3)
         q.schedule(min(5_000, cfg.page_cache_writeback_ms), "writeback", priority=3)
