@@ -35,13 +35,12 @@ def build_summary(sim: Simulation) -> dict[str, Any]:
         "isr_expands": meters.get("IsrExpandsPerSec", 0),
         "failed_isr_updates": meters.get("FailedIsrUpdatesPerSec", 0),
         "produce_errors": rejected,
-        "consumed": {g.spec.group: g.total_consumed for g in sim.consumers.groups} if hasattr(sim, "consumers") else {},
-        "read_then_lost": ({g.spec.group: g.total_reset for g in sim.consumers.groups}
-                           if hasattr(sim, "consumers") else {}),
+        "consumed": {g.spec.group: g.total_consumed for g in sim.consumers.groups},
+        "read_then_lost": {g.spec.group: g.total_reset for g in sim.consumers.groups},
         "faults": sum(n for k, n in counts.items() if k.startswith("fault:")),
         "events": sim.events.seq,
         "simulation_events": sim.queue.processed,
-        "invariant_checks": sim.invariants.checks if hasattr(sim, "invariants") else 0,
+        "invariant_checks": sim.invariants.checks,
         "invariant_violations": 0,
     }
 
