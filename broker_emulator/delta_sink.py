@@ -45,7 +45,7 @@ class DeltaSink:
 
     def write_batch(self, batch_id: int, tables: dict[TableDef, pa.Table]) -> list[str]:
         written: list[str] = []
-        for td in sorted(tables, key=lambda t: t.name):
+        for td in sorted(tables, key=write_order):
             table = tables[td]
             if not table.schema.equals(td.arrow_schema):
                 raise ValueError(f"{td.qualified_name}: batch schema differs from the table definition:\n"
@@ -55,7 +55,7 @@ class DeltaSink:
             path = td.path(self.lakehouse)
             if "://" not in path:
                 os.makedirs(path, exist_ok=True)
-            write_deltalake(path, table, mode="append",
+            write_deltalake(path, table.cast(td.landing_schema), mode="append",
                             commit_properties=CommitProperties(
                                 app_transactions=[Transaction(self.app_id, batch_id)]))
             written.append(td.name)
@@ -64,6 +64,16 @@ class DeltaSink:
             if self.batches_written % self.maintain_every == 0:
                 compact_and_checkpoint(self.lakehouse, tuple(tables), self.vacuum_retention_hours)
         return written
+
+
+# `runs` announces a batch and `topic_configs` describes the topics its rows refer to: committing them
+# first means a reader that sees a batch's rows in any table can also see its run and its topics.
+REFERENCE_TABLES_FIRST = ("runs", "topic_configs")
+
+
+def write_order(td: TableDef) -> tuple[int, str]:
+    rank = REFERENCE_TABLES_FIRST.index(td.name) if td.name in REFERENCE_TABLES_FIRST else len(REFERENCE_TABLES_FIRST)
+    return rank, td.name
 
 
 def compact_and_checkpoint(lakehouse: str, tables: tuple[TableDef, ...], retention_hours: int = 168) -> None:

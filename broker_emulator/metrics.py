@@ -55,6 +55,9 @@ class Metrics:
         self.counts: dict[tuple[int, str], int] = {}
         self.previous: dict[tuple[int, str], int] = {}
         self.totals: dict[str, int] = {}
+        # Virtual ms each broker process last started (a scraper reads it from the JVM's Runtime
+        # StartTime): meters count from there, so a drop in a count with a new start is no error.
+        self.process_start_ms: dict[int, int] = {}
 
     def mark(self, node: int, meter: str, n: int = 1) -> None:
         key = (node, meter)
@@ -70,6 +73,7 @@ class Metrics:
 
     def reset_broker(self, broker: int) -> None:
         """The broker process restarted: its in-memory meters start from zero."""
+        self.process_start_ms[broker] = self.sim.clock.now_ms
         for m in BROKER_METERS:
             self.counts.pop((broker, m), None)
             self.previous.pop((broker, m), None)

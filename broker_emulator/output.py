@@ -65,7 +65,8 @@ class Recorder:
         rows = sim.metrics.snapshot(sim.scenario.metric_interval_ms)
         self._extend(BROKER_METRICS, ts=[ts] * len(rows), broker_id=[r[0] for r in rows],
                      mbean=[MBEANS[r[1]] for r in rows], name=[metric_name(r[1]) for r in rows],
-                     kind=[r[2] for r in rows], value=[r[3] for r in rows], count=[r[4] for r in rows])
+                     kind=[r[2] for r in rows], value=[r[3] for r in rows], count=[r[4] for r in rows],
+                     process_start_ts=[self._ts(sim.metrics.process_start_ms.get(r[0], 0)) for r in rows])
         every = sim.scenario.partition_state_interval_ms // sim.scenario.metric_interval_ms
         if self.intervals % every == 0:
             self.partition_state()

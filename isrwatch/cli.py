@@ -49,6 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--no-lakehouse", action="store_true", help="simulate only, write no tables")
     em.add_argument("--summary-json", default=None, help="also write the run summary to this JSON file")
     em.add_argument("--quiet", action="store_true", help="no progress line")
+    from isrwatch.pipeline_cli import add_pipeline_parser
+
+    add_pipeline_parser(sub)
     return parser
 
 
@@ -56,6 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "emulate":
         return _emulate(args)
+    if args.command == "pipeline":
+        from isrwatch.pipeline_cli import main_pipeline
+
+        return main_pipeline(args)
     return 2
 
 

@@ -1,0 +1,1 @@
+"""Pure DataFrame -> DataFrame transformations; no sources, sinks, paths or config files here."""

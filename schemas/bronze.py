@@ -9,7 +9,30 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from broker_emulator.metrics import MBEANS, metric_name
+from schemas.expectations import (
+    Expect,
+    a_at_least_b,
+    a_greater_than_b,
+    between,
+    counter_not_decreasing,
+    in_set,
+    json_parseable,
+    not_null,
+    partition_in_topic,
+    within_run,
+)
 from schemas.table import TableDef, columns
+
+EVENT_TYPES = ("broker_state", "config_change", "consumer_offset_reset", "election", "fault", "fenced",
+               "isr_change_controller", "isr_expand", "isr_shrink", "produce_rejected", "records_lost", "recovery",
+               "topic_created", "truncation", "unfenced")
+ACKS_LEVELS = ("0", "1", "all")
+
+
+def _required(schema: pa.Schema) -> tuple[Expect, ...]:
+    """not-null expectations for every non-nullable column (Delta does not enforce delta-rs nullability)."""
+    return not_null(*(f.name for f in schema if not f.nullable))
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -26,13 +49,22 @@ _schema, _docs = columns(
     ("name", pa.string(), False, "the MBean's `name` key, e.g. IsrShrinksPerSec"),
     ("kind", pa.string(), False, "'gauge' (value is the current value) or 'meter' (count is cumulative)"),
     ("value", pa.float64(), False, "gauge: current value; meter: events per second over this interval"),
-    ("count", pa.int64(), True, "meter: cumulative count since the broker started; null for gauges"),
+    ("count", pa.int64(), True, "meter: cumulative count since the broker process started; null for gauges"),
+    ("process_start_ts", TS, False, "when the reporting broker process started (JMX Runtime StartTime): "
+     "meters restart from zero with a new value"),
 )
 BROKER_METRICS = TableDef(
     "bronze", "broker_metrics", _schema, ("run_id", "ts", "broker_id", "mbean"),
     "Per-broker JMX metrics every metric interval, with Kafka's semantics (leader-side partition gauges, "
     "controller metrics only from the active controller, meters as cumulative count + interval rate).",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("broker_id", 0),
+        in_set("mbean", sorted(MBEANS.values())), in_set("name", sorted({metric_name(k) for k in MBEANS})),
+        in_set("kind", ["gauge", "meter"]), between("value", 0), between("count", 0),
+        *within_run(), a_at_least_b("ts", "process_start_ts"), counter_not_decreasing(),
+    ),
+    context=("run_window", "previous_count"),
 )
 
 _schema, _docs = columns(
@@ -57,6 +89,14 @@ PARTITION_STATE = TableDef(
     "bronze", "partition_state", _schema, ("run_id", "ts", "topic", "partition"),
     "Snapshot of every partition's replication state, every partition-state interval.",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("partition", 0), between("leader", -1),
+        between("leader_epoch", 0), between("partition_epoch", 0),
+        in_set("leader_recovery_state", ["RECOVERED", "RECOVERING"]), between("high_watermark", -1),
+        between("log_start_offset", 0), between("configured_min_isr", 1), between("effective_min_isr", 1),
+        a_at_least_b("configured_min_isr", "effective_min_isr"), *within_run(), *partition_in_topic(),
+    ),
+    context=("run_window", "topic"),
 )
 
 _schema, _docs = columns(
@@ -77,6 +117,12 @@ CLUSTER_EVENTS = TableDef(
     "bronze", "cluster_events", _schema, ("run_id", "seq"),
     "Discrete cluster events in the order they happened.",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("seq", 0), in_set("event_type", EVENT_TYPES),
+        between("broker_id", 0), between("partition", 0), between("leader_epoch", 0), between("records", 0),
+        json_parseable("detail"), *within_run(), *partition_in_topic(),
+    ),
+    context=("run_window", "topic"),
 )
 
 _schema, _docs = columns(
@@ -100,6 +146,14 @@ TOPIC_CONFIGS = TableDef(
     "bronze", "topic_configs", _schema, ("run_id", "ts", "topic", "partition"),
     "Topic configuration and replica placement, at creation and after every config change.",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("partition", 0), between("partitions", 1),
+        a_greater_than_b("partitions", "partition"), between("replication_factor", 1),
+        between("min_insync_replicas", 1), between("effective_min_isr", 1),
+        a_at_least_b("replication_factor", "effective_min_isr"), between("segment_bytes", 1),
+        between("retention_ms", -1), between("flush_messages", 1), *within_run(),
+    ),
+    context=("run_window",),
 )
 
 _schema, _docs = columns(
@@ -121,6 +175,12 @@ ACK_LEDGER = TableDef(
     "Ground truth: per partition, interval and acks level, records acknowledged and acknowledged "
     "records later lost (no real cluster can report this).",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("partition", 0), in_set("acks", ACKS_LEVELS),
+        between("records_sent", 0), between("records_acked", 0), between("records_failed", 0),
+        between("records_lost", 0), between("lost_by_event_seq", 0), *within_run(), *partition_in_topic(),
+    ),
+    context=("run_window", "topic"),
 )
 
 _schema, _docs = columns(
@@ -140,6 +200,12 @@ CONSUMER_PROGRESS = TableDef(
     "bronze", "consumer_progress", _schema, ("run_id", "ts", "group", "topic", "partition"),
     "Consumer groups reading up to the high watermark: position, lag, and records read then lost.",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("partition", 0), between("position", 0),
+        between("high_watermark", -1), between("lag", 0), between("records_consumed", 0),
+        between("records_read_then_lost", 0), *within_run(), *partition_in_topic(),
+    ),
+    context=("run_window", "topic"),
 )
 
 _schema, _docs = columns(
@@ -157,6 +223,10 @@ RUNS = TableDef(
     "bronze", "runs", _schema, ("run_id", "batch_id"),
     "One row per emulator flush: run metadata and the running summary (the last row has final=true).",
     _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("metric_interval_ms", 1), between("brokers", 1),
+        a_at_least_b("end_ts", "start_ts"), json_parseable("summary"),
+    ),
 )
 
 BRONZE_TABLES: tuple[TableDef, ...] = (

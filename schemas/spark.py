@@ -19,6 +19,9 @@ def to_spark_type(dtype: pa.DataType, name: str) -> T.DataType:
         return T.BooleanType()
     if pa.types.is_timestamp(dtype) and dtype.tz is not None:
         return T.TimestampType()
+    if pa.types.is_struct(dtype):
+        return T.StructType([T.StructField(f.name, to_spark_type(f.type, f"{name}.{f.name}"), f.nullable)
+                             for f in dtype])
     if pa.types.is_list(dtype):
         return T.ArrayType(to_spark_type(dtype.value_type, name), containsNull=True)
     raise TypeError(f"column {name}: no Spark type for Arrow type {dtype}")

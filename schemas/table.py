@@ -11,10 +11,26 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from schemas.expectations import (
+    CTX_BATCH_END_TS,
+    CTX_PREVIOUS_COUNT,
+    CTX_RUN_START_TS,
+    CTX_TOPIC_KNOWN,
+    CTX_TOPIC_PARTITIONS,
+    Expect,
+)
+
+# Context a table's expectations may need, and the ctx_* columns each one adds (pipelines/context.py).
+CONTEXT_COLUMNS: dict[str, tuple[str, ...]] = {
+    "run_window": (CTX_RUN_START_TS, CTX_BATCH_END_TS),
+    "topic": (CTX_TOPIC_PARTITIONS, CTX_TOPIC_KNOWN),
+    "previous_count": (CTX_PREVIOUS_COUNT,),
+}
+
 
 @dataclass(frozen=True)
 class TableDef:
-    """A Delta table of the lakehouse: its layer, name, Arrow schema and natural key."""
+    """A Delta table of the lakehouse: its layer, name, Arrow schema, natural key and expectations."""
 
     layer: str
     name: str
@@ -22,6 +38,8 @@ class TableDef:
     natural_key: tuple[str, ...]
     description: str
     column_docs: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+    expectations: tuple[Expect, ...] = ()
+    context: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         names = set(self.arrow_schema.names)
@@ -31,6 +49,20 @@ class TableDef:
         undocumented = [c for c in self.arrow_schema.names if c not in self.column_docs]
         if undocumented:
             raise ValueError(f"{self.qualified_name}: columns without documentation {undocumented}")
+        unknown_context = [c for c in self.context if c not in CONTEXT_COLUMNS]
+        if unknown_context:
+            raise ValueError(f"{self.qualified_name}: unknown context {unknown_context}")
+        known = names | {c for ctx in self.context for c in CONTEXT_COLUMNS[ctx]}
+        for e in self.expectations:
+            missing = [c for c in e.columns if c not in known]
+            if missing:
+                raise ValueError(f"{self.qualified_name}: expectation {e.label} names unknown columns {missing}")
+
+    @property
+    def landing_schema(self) -> pa.Schema:
+        """The schema bronze tables are stored with: every column nullable, because required-ness is
+        enforced by validation (a violating row is quarantined with its reason) rather than by the writer."""
+        return pa.schema([f.with_nullable(True) for f in self.arrow_schema])
 
     @property
     def qualified_name(self) -> str:

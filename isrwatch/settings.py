@@ -1,0 +1,97 @@
+"""Pipeline settings: conf/pipeline.yaml, validated at start-up with errors naming file, key and value."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from schemas.bronze import BRONZE_TABLES
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "pipeline.yaml"
+_INTERVAL = re.compile(r"^\s*(\d+)\s*(millisecond|second|minute|hour)s?\s*$")
+_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000}
+
+
+class SettingsError(ValueError):
+    """Raised when a settings file or override is malformed: names the file, the key and the value."""
+
+
+def interval_ms(text: str) -> int:
+    m = _INTERVAL.match(text)
+    if not m:
+        raise ValueError(f"expected an interval like '1 second' or '10 minutes', got {text!r}")
+    return int(m.group(1)) * _MS[m.group(2)]
+
+
+class ValidateSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tables: list[str] = Field(default_factory=lambda: [td.name for td in BRONZE_TABLES])
+    trigger: Literal["live", "available-now"] = "live"
+    trigger_interval: str = "1 second"
+    dedup_window: str = "10 minutes"
+    counter_lookback: str = "2 minutes"
+    ge_engine: Literal["pandas", "spark"] = "pandas"
+    max_files_per_trigger: int = Field(default=1000, ge=1)
+    maintain_every_batches: int = Field(default=600, ge=1)
+    vacuum_retention_hours: int = Field(default=168, ge=0)
+    wait_for_tables_seconds: float = Field(default=120, ge=0)
+
+    @field_validator("tables")
+    @classmethod
+    def _known_tables(cls, v: list[str]) -> list[str]:
+        known = [td.name for td in BRONZE_TABLES]
+        unknown = [t for t in v if t not in known]
+        if unknown or not v:
+            raise ValueError(f"unknown bronze tables {unknown or v}; known: {', '.join(known)}")
+        return v
+
+    @field_validator("trigger_interval", "dedup_window", "counter_lookback")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        interval_ms(v)
+        return v
+
+
+class PipelineSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    lakehouse: str = "lakehouse"
+    checkpoints: str | None = None
+    spark: dict[str, str] = Field(default_factory=dict)
+    validate_: ValidateSettings = Field(default_factory=lambda: ValidateSettings.model_validate({}), alias="validate")
+
+    @property
+    def checkpoint_root(self) -> str:
+        return self.checkpoints or f"{self.lakehouse.rstrip('/')}/_checkpoints"
+
+
+def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PipelineSettings:
+    """Settings from YAML (default conf/pipeline.yaml) with dotted-key overrides, e.g. {'validate.trigger': …}."""
+    source = Path(path) if path is not None else DEFAULT_CONFIG
+    try:
+        raw = yaml.safe_load(source.read_text()) or {}
+    except FileNotFoundError:
+        raise SettingsError(f"{source}: file not found") from None
+    except yaml.YAMLError as e:
+        raise SettingsError(f"{source}: not valid YAML: {e}") from None
+    if not isinstance(raw, dict):
+        raise SettingsError(f"{source}: expected a mapping at the top level")
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = raw
+        *parents, leaf = dotted.split(".")
+        for key in parents:
+            node = node.setdefault(key, {}) or {}
+        node[leaf] = value
+    try:
+        return PipelineSettings.model_validate(raw)
+    except ValidationError as e:
+        err = e.errors()[0]
+        key = ".".join(str(p) for p in err["loc"])
+        raise SettingsError(f"{source}: {key}: {err.get('input')!r}: {err['msg']}") from None

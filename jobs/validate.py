@@ -1,0 +1,361 @@
+"""Streaming validation: bronze Delta tables -> silver / quarantine / silver.dq_runs, exactly once.
+
+    spark-submit [--master …] --jars <delta jars> jobs/validate.py [--lakehouse URI] [--trigger …]
+
+One streaming query per bronze table. Each micro-batch gets an ingestion timestamp (the batch's own,
+replayed identically after a restart), is de-duplicated on the table's natural key within
+`dedup_window`, enriched with the context its expectations need, and split: rows passing every
+expectation go to silver, the others to quarantine with the failed expectations and offending values;
+Great Expectations validates the batch and its verdict goes to silver.dq_runs.
+
+Exactly once: the Delta source's offsets and the dedup state live in the query's checkpoint, and every
+sink write is a Delta idempotent write (txnAppId = the query's id, txnVersion = the batch id). A batch
+replayed after a crash recomputes the same rows and Delta skips each write it already committed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings
+from pipelines.context import METER_KEY, with_previous_count, with_run_window, with_topic
+from pipelines.expectations import FAILURES, failure_counts, with_failures
+from pipelines.great_expectations_check import SuiteValidator
+from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
+from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
+from schemas.spark import to_spark_schema
+from schemas.table import TableDef
+
+BRONZE_BY_NAME = {td.name: td for td in BRONZE_TABLES}
+
+
+class SchemaDriftError(Exception):
+    """Raised when a bronze table's schema differs from its definition in schemas/ (nothing is started)."""
+
+
+class ValidationMismatch(Exception):
+    """Raised when Great Expectations and the row-level routing disagree on a batch (nothing is written)."""
+
+
+def check_schema(spark: SparkSession, td: TableDef, path: str) -> None:
+    actual = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema}
+    expected = {f.name: f.dataType for f in to_spark_schema(td.arrow_schema)}
+    for name, dtype in expected.items():
+        if name not in actual:
+            raise SchemaDriftError(f"{td.qualified_name} ({path}): column {name!r} is missing "
+                                   f"(expected {dtype.simpleString()})")
+        if actual[name] != dtype:
+            raise SchemaDriftError(f"{td.qualified_name} ({path}): column {name!r} has type "
+                                   f"{actual[name].simpleString()}, expected {dtype.simpleString()}")
+    extra = [n for n in actual if n not in expected]
+    if extra:
+        raise SchemaDriftError(f"{td.qualified_name} ({path}): unexpected column(s) {extra}")
+
+
+def _is_delta_table(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def wait_for_tables(spark: SparkSession, paths: dict[str, str], timeout_s: float,
+                    log: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + timeout_s
+    missing = [n for n, p in paths.items() if not _is_delta_table(spark, p)]
+    if missing:
+        log(f"waiting up to {timeout_s:.0f} s for bronze tables: {', '.join(missing)}")
+    while missing:
+        if time.monotonic() >= deadline:
+            raise FileNotFoundError(f"bronze tables not found after {timeout_s:.0f} s: "
+                                    + ", ".join(f"{n} ({paths[n]})" for n in missing))
+        time.sleep(0.5)
+        missing = [n for n in missing if not _is_delta_table(spark, paths[n])]
+
+
+def _die_here_if_asked(table: str, batch_id: int, point: str) -> None:
+    """Fault injection for the exactly-once tests: ISRWATCH_KILL_AT=<table>:<batch>:<point> SIGKILLs us."""
+    if os.environ.get("ISRWATCH_KILL_AT") == f"{table}:{batch_id}:{point}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class BatchStats:
+    batch_id: int = -1
+    rows_in: int = 0
+    rows_valid: int = 0
+    rows_quarantined: int = 0
+    duration_ms: int = 0
+    total_in: int = 0
+    total_valid: int = 0
+    total_quarantined: int = 0
+
+
+@dataclass
+class TableValidator:
+    """The foreachBatch body for one bronze table."""
+
+    spark: SparkSession
+    settings: PipelineSettings
+    bronze: TableDef
+    ge: SuiteValidator
+    stats: BatchStats = field(default_factory=BatchStats)
+    query_id: str | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+
+    def path(self, td: TableDef) -> str:
+        return td.path(self.settings.lakehouse)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if not self.started.wait(120):
+            raise RuntimeError(f"{self.bronze.qualified_name}: query id not set")
+        began = time.monotonic()
+        batch = batch.persist()
+        try:
+            self._validate(batch, batch_id, began)
+        finally:
+            batch.unpersist()
+
+    def _validate(self, batch: DataFrame, batch_id: int, began: float) -> None:
+        td, name = self.bronze, self.bronze.name
+        ts = "ts" if "ts" in batch.columns else "end_ts"
+        head = batch.agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("min_ts"),
+                         F.collect_set("run_id").alias("runs"), F.max("ingested_at").alias("at")).first()
+        assert head is not None
+        if head["n"] == 0:
+            return  # watermark-only batch: nothing to write
+        run_ids = sorted(r for r in head["runs"] if r is not None)
+        enriched = self._with_context(batch, run_ids, head["min_ts"])
+        annotated = with_failures(enriched, td.expectations).persist()
+        try:
+            totals = annotated.agg(F.count(F.lit(1)).alias("n"),
+                                   F.sum(F.when(F.size(FAILURES) == 0, 1).otherwise(0)).alias("valid")).first()
+            assert totals is not None
+            rows_in, rows_valid = int(totals["n"]), int(totals["valid"] or 0)
+            counts = failure_counts(annotated) if rows_valid < rows_in else {}
+            outcome = self.ge.validate(td, annotated.drop(FAILURES))
+            if outcome.unexpected != counts:
+                raise ValidationMismatch(f"{td.qualified_name} batch {batch_id}: Great Expectations counted "
+                                         f"{outcome.unexpected}, routing counted {counts}")
+            app_id = f"isrwatch-validate/{name}/{self.query_id}"
+            silver, quarantine = SILVER_TABLES[name], QUARANTINE_TABLES[name]
+            if rows_valid:
+                rows = annotated.where(F.size(FAILURES) == 0).select(*silver.arrow_schema.names)
+                self._append(rows, silver, app_id, batch_id)
+            _die_here_if_asked(name, batch_id, "after_silver")
+            if rows_valid < rows_in:
+                rows = (annotated.where(F.size(FAILURES) > 0)
+                        .withColumn("quarantined_at", F.col("ingested_at"))
+                        .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
+                        .select(*quarantine.arrow_schema.names))
+                self._append(rows, quarantine, app_id, batch_id)
+            _die_here_if_asked(name, batch_id, "after_quarantine")
+            duration_ms = int((time.monotonic() - began) * 1000)
+            dq = self.spark.createDataFrame([(
+                name, batch_id, head["at"], rows_in, rows_valid, rows_in - rows_valid,
+                rows_valid / rows_in, [(k, v) for k, v in sorted(counts.items())], outcome.success,
+                outcome.evaluated, outcome.successful, self.ge.engine, run_ids, duration_ms,
+            )], to_spark_schema(DQ_RUNS.arrow_schema))
+            self._append(dq, DQ_RUNS, app_id, batch_id)
+            _die_here_if_asked(name, batch_id, "after_dq")
+        finally:
+            annotated.unpersist()
+        s = self.stats
+        s.batch_id, s.rows_in, s.rows_valid, s.rows_quarantined = batch_id, rows_in, rows_valid, rows_in - rows_valid
+        s.duration_ms = duration_ms
+        s.total_in += rows_in
+        s.total_valid += rows_valid
+        s.total_quarantined += rows_in - rows_valid
+        every = self.settings.validate_.maintain_every_batches
+        if batch_id > 0 and batch_id % every == 0:
+            self._maintain()
+
+    def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts: Any) -> DataFrame:
+        out, lake = batch, self.settings.lakehouse
+        if "run_window" in self.bronze.context:
+            runs = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(run_ids))
+                    .select("run_id", "batch_id", "start_ts", "end_ts"))
+            out = with_run_window(out, runs)
+        if "topic" in self.bronze.context:
+            configs = (self.spark.read.format("delta").load(TOPIC_CONFIGS.path(lake))
+                       .where(F.col("run_id").isin(run_ids)).select("run_id", "topic", "partitions"))
+            out = with_topic(out, configs)
+        if "previous_count" in self.bronze.context:
+            out = with_previous_count(out, self._meter_history(run_ids, min_ts))
+        return out
+
+    def _meter_history(self, run_ids: list[str], min_ts: Any) -> DataFrame:
+        silver_path = self.path(SILVER_TABLES[self.bronze.name])
+        cols = [*METER_KEY, "ts", "count"]
+        if min_ts is None or not _is_delta_table(self.spark, silver_path):
+            return self.spark.createDataFrame([], to_spark_schema(self.bronze.arrow_schema)).select(*cols)
+        lookback_s = interval_ms(self.settings.validate_.counter_lookback) / 1000
+        since = F.lit(min_ts) - F.make_dt_interval(secs=F.lit(lookback_s))
+        return (self.spark.read.format("delta").load(silver_path)
+                .where(F.col("run_id").isin(run_ids) & (F.col("kind") == "meter")
+                       & (F.col("ts") >= since) & (F.col("ts") < F.lit(min_ts)))
+                .select(*cols))
+
+    def _append(self, df: DataFrame, td: TableDef, app_id: str, batch_id: int) -> None:
+        (df.write.format("delta").mode("append")
+         .option("txnAppId", app_id).option("txnVersion", batch_id)
+         .save(self.path(td)))
+
+    def _maintain(self) -> None:
+        from delta.tables import DeltaTable
+
+        hours = self.settings.validate_.vacuum_retention_hours
+        for td in (SILVER_TABLES[self.bronze.name], QUARANTINE_TABLES[self.bronze.name], DQ_RUNS):
+            if _is_delta_table(self.spark, self.path(td)):
+                table = DeltaTable.forPath(self.spark, self.path(td))
+                table.optimize().executeCompaction()
+                table.vacuum(hours)
+
+
+def create_table_if_missing(spark: SparkSession, td: TableDef, path: str) -> None:
+    """Create a sink table before any query writes it: concurrent first appends to one table conflict."""
+    from delta.tables import DeltaTable
+
+    (DeltaTable.createIfNotExists(spark).location(path).addColumns(to_spark_schema(td.arrow_schema))
+     .comment(td.description).execute())
+
+
+@dataclass
+class RunningValidation:
+    queries: dict[str, StreamingQuery]
+    validators: dict[str, TableValidator]
+
+
+def start_validation(spark: SparkSession, settings: PipelineSettings,
+                     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningValidation:
+    """Check schemas, then start one streaming query per configured bronze table."""
+    v = settings.validate_
+    tables = [BRONZE_BY_NAME[n] for n in v.tables]
+    wait_for_tables(spark, {td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
+    refs = {td.name: td for td in tables}
+    for td in tables:
+        refs.update({ref.name: ref for ref in (RUNS, TOPIC_CONFIGS) if ref.name in _context_tables(td)})
+    for td in refs.values():  # every table a query reads must match its definition, before anything starts
+        if _is_delta_table(spark, td.path(settings.lakehouse)):
+            check_schema(spark, td, td.path(settings.lakehouse))
+    for td in (DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
+        create_table_if_missing(spark, td, td.path(settings.lakehouse))
+    ge = SuiteValidator(v.ge_engine)
+    queries: dict[str, StreamingQuery] = {}
+    validators: dict[str, TableValidator] = {}
+    for td in tables:
+        validator = TableValidator(spark, settings, td, ge)
+        stream = (spark.readStream.format("delta").option("maxFilesPerTrigger", v.max_files_per_trigger)
+                  .load(td.path(settings.lakehouse))
+                  .withColumn("ingested_at", F.current_timestamp())
+                  .withWatermark("ingested_at", v.dedup_window)
+                  .dropDuplicatesWithinWatermark(list(td.natural_key)))
+        writer = (stream.writeStream.queryName(f"validate_{td.name}").foreachBatch(validator)
+                  .option("checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/validate/{td.name}"))
+        writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
+                  else writer.trigger(processingTime=v.trigger_interval))
+        query = writer.start()
+        validator.query_id = str(query.id)
+        validator.started.set()
+        queries[td.name], validators[td.name] = query, validator
+    return RunningValidation(queries, validators)
+
+
+def _context_tables(td: TableDef) -> set[str]:
+    needs = set()
+    if "run_window" in td.context:
+        needs.add(RUNS.name)
+    if "topic" in td.context:
+        needs.add(TOPIC_CONFIGS.name)
+    return needs
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jobs/validate.py", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
+    p.add_argument("--lakehouse", default=None, help="lakehouse root: path or Hadoop URI (overrides the config)")
+    p.add_argument("--checkpoints", default=None, help="checkpoint root (default <lakehouse>/_checkpoints)")
+    p.add_argument("--tables", default=None, help="comma-separated bronze tables (default: all)")
+    p.add_argument("--trigger", choices=["live", "available-now"], default=None)
+    p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
+    p.add_argument("--ge-engine", choices=["pandas", "spark"], default=None)
+    p.add_argument("--max-files-per-trigger", type=int, default=None)
+    p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="Spark setting for a session this job builds (repeatable)")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
+    spark_conf: dict[str, str] = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--conf: expected KEY=VALUE, got {item!r}")
+        spark_conf[key] = value
+    settings = load_settings(args.config, {
+        "lakehouse": args.lakehouse, "checkpoints": args.checkpoints,
+        "validate.tables": args.tables.split(",") if args.tables else None,
+        "validate.trigger": args.trigger, "validate.trigger_interval": args.trigger_interval,
+        "validate.ge_engine": args.ge_engine, "validate.max_files_per_trigger": args.max_files_per_trigger,
+        "validate.wait_for_tables_seconds": args.wait_for_tables,
+    })
+    settings.spark.update(spark_conf)
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from isrwatch.spark import build_spark_session
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except SettingsError as e:
+        print(f"validate: {e}", file=sys.stderr)
+        return 2
+    spark = build_spark_session("isrwatch-validate", conf=settings.spark)
+    try:
+        running = start_validation(spark, settings)
+    except (SchemaDriftError, FileNotFoundError) as e:
+        print(f"validate: {e}", file=sys.stderr)
+        return 2
+    v = settings.validate_
+    print(f"validate: {len(running.queries)} queries ({', '.join(running.queries)}), trigger {v.trigger}",
+          file=sys.stderr)
+    failed = False
+    try:
+        for name, query in running.queries.items():
+            query.awaitTermination()
+            if query.exception() is not None:
+                failed = True
+                print(f"validate: {name} failed: {query.exception()}", file=sys.stderr)
+    except KeyboardInterrupt:
+        for query in running.queries.values():
+            query.stop()
+        print("validate: stopped; checkpoints are consistent, a restart resumes", file=sys.stderr)
+        return 130
+    for name, validator in running.validators.items():
+        s = validator.stats
+        print(f"validate: {name}: {s.total_in} rows in, {s.total_valid} to silver, "
+              f"{s.total_quarantined} quarantined", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,41 @@
+"""Shared set-up for the pipeline tests: a small emulator run into bronze, and validate runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+from deltalake import DeltaTable, write_deltalake
+
+from broker_emulator.delta_sink import DeltaSink
+from broker_emulator.scenario import parse_scenario
+from broker_emulator.simulation import Simulation
+from schemas.table import TableDef
+
+RUN_ID = "pipeline-test-s5"
+SCENARIO: dict[str, Any] = {
+    "name": "pipeline-test", "seed": 5, "duration": "20s", "flush_every_intervals": 2,
+    "cluster": {"brokers": 3, "racks": ["a", "b", "c"]},
+    "topics": [{"name": "t", "partitions": 4, "replication.factor": 3, "config": {"min.insync.replicas": 2}}],
+    "workload": {"producers": [{"topic": "t", "acks": "all", "rate": 200}],
+                 "consumers": [{"group": "g", "topic": "t"}]},
+    # The broker restarts: its meters start again from zero with a new process_start_ts (not an error).
+    "faults": [{"at": "5s", "kind": "crash", "broker": 2, "duration": "6s"}],
+}
+
+
+def emulate(lakehouse: str) -> dict[str, Any]:
+    return Simulation(parse_scenario(SCENARIO, "<test>"), DeltaSink(lakehouse, RUN_ID)).run()
+
+
+def rows(td: TableDef, lakehouse: str) -> list[dict[str, Any]]:
+    return DeltaTable(td.path(lakehouse)).to_pyarrow_table().to_pylist()
+
+
+def append(td: TableDef, lakehouse: str, new_rows: list[dict[str, Any]]) -> None:
+    """Append rows to a bronze table as another writer would (no validation on the way in)."""
+    write_deltalake(td.path(lakehouse), pa.Table.from_pylist(new_rows, schema=td.landing_schema), mode="append")
+
+
+def key_of(td: TableDef, row: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(row[c] for c in td.natural_key)

@@ -1,0 +1,126 @@
+"""validate on real Spark + Delta: silver = bronze - quarantine, each injected bad row quarantined with
+its reason, duplicates dropped, GE's verdict in dq_runs, and schema drift stopping the job."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+from deltalake import DeltaTable
+
+from isrwatch.settings import load_settings
+from jobs.validate import SchemaDriftError, start_validation
+from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE
+from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
+from tests.pipeline.helpers import append, emulate, key_of, rows
+
+pytestmark = pytest.mark.spark
+
+TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs")
+
+
+def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES) -> None:
+    settings = load_settings(overrides={"lakehouse": lakehouse, "validate.tables": list(tables),
+                                        "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0})
+    running = start_validation(spark, settings, log=lambda _: None)
+    for q in running.queries.values():
+        q.awaitTermination()
+        assert q.exception() is None, q.exception()
+
+
+def _later(row: dict[str, Any], ms: int = 1) -> dt.datetime:
+    return row["ts"] + dt.timedelta(milliseconds=ms)
+
+
+def test_bad_rows_are_quarantined_with_reasons_and_the_rest_reaches_silver(spark: Any, lakehouse: str) -> None:
+    emulate(lakehouse)
+    metrics = rows(BROKER_METRICS, lakehouse)
+    gauge = next(r for r in metrics if r["name"] == "UnderReplicatedPartitions" and r["broker_id"] == 1)
+    meter = next(r for r in metrics if r["name"] == "MessagesInPerSec" and r["broker_id"] == 1 and r["count"] > 10)
+    year = dt.timedelta(days=365)
+    bad_metrics = {
+        "null_mbean": {**gauge, "ts": _later(gauge, 1), "mbean": None},
+        "negative": {**gauge, "ts": _later(gauge, 2), "value": -5.0},
+        "unknown_name": {**gauge, "ts": _later(gauge, 3), "name": "NotAKafkaMetric"},
+        "backwards": {**meter, "ts": _later(meter, 1), "count": meter["count"] - 7},
+        "wrong_kind": {**gauge, "ts": _later(gauge, 4), "kind": "histogram"},
+        "future": {**gauge, "ts": gauge["ts"] + year},
+        "unknown_batch": {**gauge, "ts": _later(gauge, 5), "batch_id": 999},
+    }
+    expected_reasons = {
+        "null_mbean": {"not_null(mbean)"},
+        "negative": {"between(0<=value)"},
+        "unknown_name": {"in_set(name)"},
+        "backwards": {"pair(count>=ctx_previous_count)"},
+        "wrong_kind": {"in_set(kind)"},
+        "future": {"pair(ctx_batch_end_ts>=ts)"},
+        "unknown_batch": {"not_null(ctx_batch_end_ts)"},
+    }
+    append(BROKER_METRICS, lakehouse, [*bad_metrics.values(), dict(gauge)])  # the last is a duplicate
+    state = rows(PARTITION_STATE, lakehouse)[0]
+    append(PARTITION_STATE, lakehouse, [{**state, "ts": _later(state), "partition": 99},
+                                        {**state, "ts": _later(state), "topic": "no-such-topic"}])
+    event = rows(CLUSTER_EVENTS, lakehouse)[0]
+    append(CLUSTER_EVENTS, lakehouse, [{**event, "seq": 10_000, "detail": "{not json"}])
+
+    validate(spark, lakehouse)
+
+    # Every table: silver + quarantine = the bronze rows, less exact duplicates of a natural key.
+    for name in TABLES:
+        bronze = next(td for td in BRONZE_TABLES if td.name == name)
+        distinct = {key_of(bronze, r) for r in rows(bronze, lakehouse)}
+        silver = rows(SILVER_TABLES[name], lakehouse)
+        quarantine = rows(QUARANTINE_TABLES[name], lakehouse)
+        assert len({key_of(bronze, r) for r in silver}) == len(silver), f"{name}: duplicates in silver"
+        assert len(silver) + len(quarantine) == len(distinct), name
+        assert {key_of(bronze, r) for r in silver} | {key_of(bronze, r) for r in quarantine} == distinct, name
+
+    quarantined = rows(QUARANTINE_TABLES["broker_metrics"], lakehouse)
+    assert len(quarantined) == len(bad_metrics)
+    for label, bad in bad_metrics.items():
+        match = [q for q in quarantined if q["ts"] == bad["ts"] and q["batch_id"] == bad["batch_id"]
+                 and q["mbean"] == bad["mbean"] and q["name"] == bad["name"]]
+        assert len(match) == 1, label
+        assert {f["expectation"] for f in match[0]["failures"]} == expected_reasons[label], label
+    backwards = next(q for q in quarantined if q["count"] == meter["count"] - 7)
+    assert backwards["failures"][0]["value"] == f"count={meter['count'] - 7}, ctx_previous_count={meter['count']}"
+    negative = next(q for q in quarantined if q["value"] == -5.0)
+    assert negative["failures"][0]["value"] == "-5.0"
+
+    ps_reasons = sorted(tuple(sorted(f["expectation"] for f in q["failures"]))
+                        for q in rows(QUARANTINE_TABLES["partition_state"], lakehouse))
+    assert ps_reasons == [("in_set(ctx_topic_known)",), ("pair(ctx_topic_partitions>partition)",)]
+    ev = rows(QUARANTINE_TABLES["cluster_events"], lakehouse)
+    assert [(q["seq"], [f["expectation"] for f in q["failures"]]) for q in ev] == [(10_000, ["json(detail)"])]
+
+    # The broker restart reset its meters: no counter in silver is flagged, and counts did drop.
+    silver_meters = [r for r in rows(SILVER_TABLES["broker_metrics"], lakehouse)
+                     if r["broker_id"] == 2 and r["name"] == "MessagesInPerSec"]
+    assert len({r["process_start_ts"] for r in silver_meters}) == 2
+
+    dq = DeltaTable(DQ_RUNS.path(lakehouse)).to_pyarrow_table().to_pylist()
+    by_table: dict[str, dict[str, int]] = {}
+    for d in dq:
+        agg = by_table.setdefault(d["table_name"], {"in": 0, "valid": 0, "bad": 0})
+        agg["in"] += d["rows_in"]
+        agg["valid"] += d["rows_valid"]
+        agg["bad"] += d["rows_quarantined"]
+        assert d["ge_success"] == (d["rows_quarantined"] == 0)
+        assert d["ge_engine"] == "pandas"
+    assert by_table["broker_metrics"]["bad"] == len(bad_metrics)
+    assert by_table["broker_metrics"]["valid"] == len(rows(SILVER_TABLES["broker_metrics"], lakehouse))
+    failed = [f for d in dq if d["table_name"] == "broker_metrics" for f in d["failed_expectations"]]
+    assert sum(f["unexpected_count"] for f in failed) == sum(len(v) for v in expected_reasons.values())
+
+
+def test_schema_drift_fails_naming_table_and_column_and_writes_nothing(spark: Any, lakehouse: str) -> None:
+    path = f"{lakehouse}/bronze/cluster_events"
+    df = spark.createDataFrame([("r", 0, "2026-01-01", 1)], "run_id string, batch_id long, ts string, seq long")
+    df.write.format("delta").save(path)
+    with pytest.raises(SchemaDriftError, match=r"bronze\.cluster_events .*column 'ts' has type string, "
+                                               r"expected timestamp"):
+        validate(spark, lakehouse, ("cluster_events",))
+    import os
+
+    assert not os.path.exists(f"{lakehouse}/silver") and not os.path.exists(f"{lakehouse}/_checkpoints")
