@@ -26,8 +26,19 @@ $(STAMPS)/jars: jvm/pom.xml
 	@mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=jars -DincludeGroupIds=io.delta
 	@touch $@
 
+DEMO_SQL := SELECT table_name, sum(rows_in) AS rows_in, sum(rows_valid) AS to_silver, sum(rows_quarantined) AS quarantined FROM silver.dq_runs GROUP BY table_name ORDER BY table_name;\n\
+SELECT topic, acks, sum(records_acked) AS acked, sum(records_lost) AS acked_then_lost FROM silver.ack_ledger GROUP BY topic, acks ORDER BY acked_then_lost DESC, topic LIMIT 6;\n\
+SELECT name, max(value) AS worst FROM silver.broker_metrics WHERE name IN ('UnderMinIsrPartitionCount', 'UnderReplicatedPartitions', 'OfflinePartitionsCount') GROUP BY name ORDER BY name;\n
+
+# The emulator runs the default scenario at 6x wall time while validate streams it into silver; then
+# validate catches up on what is left and a few SQL queries show the result.
 demo: venv jars
-	$(VENV)/bin/isrwatch emulate --scenario conf/scenarios/default.yaml --lakehouse lakehouse
+	@$(VENV)/bin/isrwatch emulate --scenario conf/scenarios/default.yaml --lakehouse lakehouse --pace 6 --quiet \
+	  > .stamps/demo-emulator.log 2>&1 & emulator=$$!; \
+	  $(VENV)/bin/isrwatch pipeline run --lakehouse lakehouse --trigger live --duration 45 --status-every 15; \
+	  wait $$emulator; status=$$?; cat .stamps/demo-emulator.log; test $$status -eq 0
+	$(VENV)/bin/isrwatch pipeline run --lakehouse lakehouse --trigger available-now --status-every 30
+	@printf "$(DEMO_SQL)" | $(VENV)/bin/isrwatch sql --lakehouse lakehouse
 
 test: venv jars
 	$(VENV)/bin/ruff check .
@@ -43,6 +54,7 @@ lint: venv
 
 bench: venv jars
 	$(PY) bench/emulator.py
+	$(PY) bench/pipeline.py
 
 clean:
 	rm -rf lakehouse _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache

@@ -16,6 +16,10 @@ from deltalake.exceptions import TableNotFoundError
 from schemas.table import TableDef
 
 
+class SinkSchemaError(Exception):
+    """Raised when an existing bronze table's columns differ from its definition (nothing is written)."""
+
+
 class DeltaSink:
     """Appends batches; every `maintain_every` batches it compacts, checkpoints and vacuums.
 
@@ -34,6 +38,7 @@ class DeltaSink:
         self.maintain_every = maintain_every
         self.vacuum_retention_hours = vacuum_retention_hours
         self.batches_written = 0
+        self.checked: set[str] = set()
 
     def written_version(self, td: TableDef) -> int:
         """The last batch id this run committed to `td`, or -1."""
@@ -43,8 +48,24 @@ class DeltaSink:
             return -1
         return -1 if version is None else int(version)
 
+    def _check_existing_schema(self, td: TableDef) -> None:
+        """Refuse to append to a table whose columns differ (e.g. written by an older isrwatch)."""
+        if td.name in self.checked:
+            return
+        try:
+            existing = [f.name for f in DeltaTable(td.path(self.lakehouse)).schema().fields]
+        except TableNotFoundError:
+            existing = list(td.arrow_schema.names)
+        if existing != list(td.arrow_schema.names):
+            raise SinkSchemaError(f"{td.qualified_name} at {td.path(self.lakehouse)} has columns {existing}, "
+                                  f"expected {list(td.arrow_schema.names)}: write to another --lakehouse "
+                                  "(or move this one away); nothing was written")
+        self.checked.add(td.name)
+
     def write_batch(self, batch_id: int, tables: dict[TableDef, pa.Table]) -> list[str]:
         written: list[str] = []
+        for td in tables:  # every table checked before any is written
+            self._check_existing_schema(td)
         for td in sorted(tables, key=write_order):
             table = tables[td]
             if not table.schema.equals(td.arrow_schema):

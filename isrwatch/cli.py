@@ -9,6 +9,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from broker_emulator.delta_sink import SinkSchemaError
 from broker_emulator.errors import InvariantViolation, ScenarioError
 from broker_emulator.scenario import load_scenario, parse_duration_ms
 
@@ -52,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     from isrwatch.pipeline_cli import add_pipeline_parser
 
     add_pipeline_parser(sub)
+    from isrwatch.sql import add_sql_parser
+
+    add_sql_parser(sub)
     return parser
 
 
@@ -59,6 +63,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "emulate":
         return _emulate(args)
+    if args.command == "sql":
+        from isrwatch.sql import main_sql
+
+        return main_sql(args)
     if args.command == "pipeline":
         from isrwatch.pipeline_cli import main_pipeline
 
@@ -110,6 +118,9 @@ def _emulate(args: argparse.Namespace) -> int:
     except InvariantViolation as e:
         print(f"isrwatch: FAILED: {e}", file=sys.stderr)
         return 3
+    except SinkSchemaError as e:
+        print(f"isrwatch: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("isrwatch: interrupted; batches written so far are complete and idempotent", file=sys.stderr)
         return 130

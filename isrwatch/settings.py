@@ -90,8 +90,17 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
             node = node.setdefault(key, {}) or {}
         node[leaf] = value
     try:
-        return PipelineSettings.model_validate(raw)
+        settings = PipelineSettings.model_validate(raw)
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
         raise SettingsError(f"{source}: {key}: {err.get('input')!r}: {err['msg']}") from None
+    # Local roots become absolute: Delta reads a bare relative location as a table name.
+    settings.lakehouse = _absolute(settings.lakehouse)
+    if settings.checkpoints is not None:
+        settings.checkpoints = _absolute(settings.checkpoints)
+    return settings
+
+
+def _absolute(root: str) -> str:
+    return root if "://" in root else str(Path(root).resolve())

@@ -18,6 +18,11 @@ def delta_jars() -> list[str]:
     return jars
 
 
+def launched_by_spark_submit() -> bool:
+    """True inside a driver started by `spark-submit` (its JVM hands Python a gateway port)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
 def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[str, str] | None = None,
                         ui: bool = False) -> SparkSession:
     """A SparkSession with Delta configured; `conf` overrides every default."""
@@ -32,10 +37,23 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "2g",
         "spark.ui.showConsoleProgress": "false",
+        # toPandas through Arrow (GE's pandas engine validates each micro-batch on the driver).
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Merge the small files that per-second micro-batches write (Delta's auto compaction).
+        "spark.databricks.delta.autoCompact.enabled": "true",
     }
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name)
-    if master is not None:
+    if launched_by_spark_submit():
+        # spark-submit already chose the master and the jars; its --conf settings win over ours.
+        from pyspark import SparkConf, SparkContext
+
+        SparkContext._ensure_initialized()
+        submitted = SparkConf()
+        if "delta-spark" not in submitted.get("spark.jars", ""):
+            raise RuntimeError("spark-submit needs the Delta jars: add --jars \"$(ls jvm/jars/*.jar | paste -sd,)\"")
+        settings = {k: v for k, v in settings.items() if k != "spark.jars" and not submitted.contains(k)}
+    elif master is not None:
         builder = builder.master(master)
     elif "spark.master" not in settings and not os.environ.get("SPARK_MASTER"):
         builder = builder.master("local[*]")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from deltalake import DeltaTable
 
 from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
-from schemas.bronze import BRONZE_TABLES, PARTITION_STATE
+from schemas.bronze import BRONZE_TABLES, PARTITION_STATE, RUNS
 from schemas.spark import to_spark_schema
 
 SCENARIO = {
@@ -74,3 +76,19 @@ def test_periodic_maintenance_compacts_and_checkpoints(lakehouse: str) -> None:
 
     log = os.path.join(PARTITION_STATE.path(lakehouse), "_delta_log")
     assert any(name.endswith(".checkpoint.parquet") for name in os.listdir(log))
+
+
+def test_an_existing_table_with_other_columns_is_refused_and_kept(lakehouse: str) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from broker_emulator.delta_sink import SinkSchemaError
+    from schemas.bronze import BROKER_METRICS
+
+    old = pa.table({"run_id": ["old"], "batch_id": [0]})
+    write_deltalake(BROKER_METRICS.path(lakehouse), old)
+    with pytest.raises(SinkSchemaError, match=r"bronze\.broker_metrics at .* has columns \['run_id', 'batch_id'\]"):
+        _emulate(lakehouse)
+    assert DeltaTable(BROKER_METRICS.path(lakehouse)).to_pyarrow_table().to_pylist() == [{"run_id": "old",
+                                                                                          "batch_id": 0}]
+    assert not os.path.exists(RUNS.path(lakehouse))  # checked before anything of the batch was written

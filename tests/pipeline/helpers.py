@@ -24,8 +24,8 @@ SCENARIO: dict[str, Any] = {
 }
 
 
-def emulate(lakehouse: str) -> dict[str, Any]:
-    return Simulation(parse_scenario(SCENARIO, "<test>"), DeltaSink(lakehouse, RUN_ID)).run()
+def emulate(lakehouse: str, **overrides: Any) -> dict[str, Any]:
+    return Simulation(parse_scenario({**SCENARIO, **overrides}, "<test>"), DeltaSink(lakehouse, RUN_ID)).run()
 
 
 def rows(td: TableDef, lakehouse: str) -> list[dict[str, Any]]:
