@@ -30,14 +30,15 @@ DEMO_SQL := SELECT table_name, sum(rows_in) AS rows_in, sum(rows_valid) AS to_si
 SELECT topic, acks, sum(records_acked) AS acked, sum(records_lost) AS acked_then_lost FROM silver.ack_ledger GROUP BY topic, acks ORDER BY acked_then_lost DESC, topic LIMIT 6;\n\
 SELECT name, max(value) AS worst FROM silver.broker_metrics WHERE name IN ('UnderMinIsrPartitionCount', 'UnderReplicatedPartitions', 'OfflinePartitionsCount') GROUP BY name ORDER BY name;\n
 
-# The emulator runs the default scenario at 6x wall time while validate streams it into silver; then
-# validate catches up on what is left and a few SQL queries show the result.
+# The emulator runs the default scenario (as fast as it can while sharing the CPU with Spark) while
+# validate streams each bronze commit into silver; validate stops once it has caught up and bronze has
+# been idle for 20 s; then a few SQL queries show the result.
 demo: venv jars
-	@$(VENV)/bin/isrwatch emulate --scenario conf/scenarios/default.yaml --lakehouse lakehouse --pace 6 --quiet \
+	@$(VENV)/bin/isrwatch emulate --scenario conf/scenarios/default.yaml --lakehouse lakehouse --pace 3 --quiet \
 	  > .stamps/demo-emulator.log 2>&1 & emulator=$$!; \
-	  $(VENV)/bin/isrwatch pipeline run --lakehouse lakehouse --trigger live --duration 45 --status-every 15; \
-	  wait $$emulator; status=$$?; cat .stamps/demo-emulator.log; test $$status -eq 0
-	$(VENV)/bin/isrwatch pipeline run --lakehouse lakehouse --trigger available-now --status-every 30
+	  $(VENV)/bin/isrwatch pipeline run --lakehouse lakehouse --trigger live --stop-when-idle 20 --status-every 20; \
+	  pipeline=$$?; wait $$emulator; status=$$?; cat .stamps/demo-emulator.log; \
+	  test $$status -eq 0 && test $$pipeline -eq 0
 	@printf "$(DEMO_SQL)" | $(VENV)/bin/isrwatch sql --lakehouse lakehouse
 
 test: venv jars

@@ -25,6 +25,8 @@ def add_pipeline_parser(sub: Any) -> None:
                      help="live: micro-batches every trigger_interval; available-now: catch up, then stop")
     run.add_argument("--tables", default=None, help="bronze tables to validate (default: the config's)")
     run.add_argument("--duration", type=float, default=None, help="live: stop after this many seconds")
+    run.add_argument("--stop-when-idle", type=float, default=None, metavar="SECONDS",
+                     help="live: stop once every query has caught up and no bronze table changed for SECONDS")
     run.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
     run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
 
@@ -44,14 +46,20 @@ def _bronze_version(path: str) -> int | None:
         return None
 
 
-def status_line(name: str, query: Any, stats: Any, bronze_path: str) -> str:
-    progress = query.lastProgress or {}
-    batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
-    sources = progress.get("sources") or [{}]
+def versions_behind(query: Any, bronze_path: str) -> int | None:
+    """Bronze versions the query has not processed yet (None while unknown)."""
+    sources = (query.lastProgress or {}).get("sources") or [{}]
     done = _reservoir_version(sources[0].get("endOffset"))
     latest = _bronze_version(bronze_path)
     # The Delta source's offset names the next version to read once a version is fully consumed.
-    lag = "?" if done is None or latest is None else str(max(0, latest - done + 1))
+    return None if done is None or latest is None else max(0, latest - done + 1)
+
+
+def status_line(name: str, query: Any, stats: Any, bronze_path: str) -> str:
+    progress = query.lastProgress or {}
+    batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+    behind = versions_behind(query, bronze_path)
+    lag = "?" if behind is None else str(behind)
     state = "active" if query.isActive else ("failed" if query.exception() else "stopped")
     return (f"  validate {name:<18} {state:<7} batch {stats.batch_id:>5}  in {stats.rows_in:>7}  "
             f"silver {stats.rows_valid:>7}  quarantine {stats.rows_quarantined:>5}  "
@@ -91,10 +99,20 @@ def main_pipeline(args: argparse.Namespace) -> int:
     paths = {td.name: td.path(settings.lakehouse) for td in BRONZE_TABLES}
     started = time.monotonic()
     next_status = started + args.status_every
+    versions: dict[str, int | None] = {}
+    changed_at = started
     try:
         while any(q.isActive for q in running.queries.values()):
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 break
+            if args.stop_when_idle is not None:
+                now_versions = {n: _bronze_version(paths[n]) for n in running.queries}
+                if now_versions != versions:
+                    versions, changed_at = now_versions, time.monotonic()
+                elif (time.monotonic() - changed_at >= args.stop_when_idle
+                      and all(versions_behind(q, paths[n]) == 0 for n, q in running.queries.items())):
+                    print("isrwatch pipeline: caught up and bronze idle; stopping", file=sys.stderr)
+                    break
             time.sleep(0.2)
             if time.monotonic() >= next_status:
                 next_status += args.status_every

@@ -58,7 +58,7 @@ def with_failures(df: DataFrame, expectations: tuple[Expect, ...]) -> DataFrame:
         entry = F.struct(F.lit(e.label).alias("expectation"), F.lit(",".join(e.columns)).alias("column"),
                          value.alias("value"))
         entries.append(F.when(fails, entry))
-    return df.withColumn(FAILURES, F.filter(F.array(*entries), lambda x: x.isNotNull()))
+    return df.withColumn(FAILURES, F.array_compact(F.array(*entries)))
 
 
 def failure_counts(annotated: DataFrame) -> dict[str, int]:
