@@ -61,6 +61,8 @@ def status_line(name: str, query: Any, stats: Any, bronze_path: str) -> str:
     behind = versions_behind(query, bronze_path)
     lag = "?" if behind is None else str(behind)
     state = "active" if query.isActive else ("failed" if query.exception() else "stopped")
+    if stats.batch_id < 0 and query.isActive:
+        return f"  validate {name:<18} first micro-batch running (Spark compiles its plan once per query)"
     return (f"  validate {name:<18} {state:<7} batch {stats.batch_id:>5}  in {stats.rows_in:>7}  "
             f"silver {stats.rows_valid:>7}  quarantine {stats.rows_quarantined:>5}  "
             f"batch {batch_ms if batch_ms is not None else '-':>6} ms  lag {lag} versions")
