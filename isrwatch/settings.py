@@ -57,6 +57,24 @@ class ValidateSettings(BaseModel):
         return v
 
 
+class AlertsSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    rules: str | None = None            # default conf/alerts.yaml
+    trigger: Literal["live", "available-now"] = "live"
+    trigger_interval: str = "1 second"
+    max_files_per_trigger: int = Field(default=1000, ge=1)
+    webhooks: bool = True
+    maintain_every_batches: int = Field(default=600, ge=1)
+    wait_for_tables_seconds: float = Field(default=300, ge=0)
+
+    @field_validator("trigger_interval")
+    @classmethod
+    def _interval(cls, v: str) -> str:
+        interval_ms(v)
+        return v
+
+
 class PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -64,6 +82,7 @@ class PipelineSettings(BaseModel):
     checkpoints: str | None = None
     spark: dict[str, str] = Field(default_factory=dict)
     validate_: ValidateSettings = Field(default_factory=lambda: ValidateSettings.model_validate({}), alias="validate")
+    alerts: AlertsSettings = Field(default_factory=lambda: AlertsSettings.model_validate({}))
 
     @property
     def checkpoint_root(self) -> str:

@@ -1,0 +1,67 @@
+"""Small delta-rs helpers for the driver-side writers (alerts state, deliveries).
+
+delta-rs records app transactions but does not enforce them, so `write_once` reads the table's recorded
+version for the app id and skips a write it already committed: a replayed micro-batch changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import pyarrow as pa
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake.exceptions import TableNotFoundError
+
+from schemas.table import TableDef
+
+
+def open_table(td: TableDef, lakehouse: str) -> DeltaTable | None:
+    try:
+        return DeltaTable(td.path(lakehouse))
+    except TableNotFoundError:
+        return None
+
+
+def read_rows(td: TableDef, lakehouse: str, columns: list[str] | None = None) -> pa.Table:
+    """The table's rows, or an empty table with its schema when it does not exist yet."""
+    table = open_table(td, lakehouse)
+    if table is None:
+        schema = td.arrow_schema if columns is None else pa.schema([td.arrow_schema.field(c) for c in columns])
+        return schema.empty_table()
+    return table.to_pyarrow_table(columns=columns)
+
+
+def committed_version(td: TableDef, lakehouse: str, app_id: str) -> int:
+    table = open_table(td, lakehouse)
+    version = None if table is None else table.transaction_version(app_id)
+    return -1 if version is None else int(version)
+
+
+def write_once(td: TableDef, lakehouse: str, rows: pa.Table, app_id: str, version: int,
+               mode: Literal["append", "overwrite"] = "append") -> bool:
+    """Append (or overwrite) `rows` unless `app_id` already committed `version`; True when written."""
+    if committed_version(td, lakehouse, app_id) >= version:
+        return False
+    path = td.path(lakehouse)
+    if "://" not in path:
+        os.makedirs(path, exist_ok=True)
+    write_deltalake(path, rows.cast(td.arrow_schema), mode=mode,
+                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    return True
+
+
+def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:
+    path = td.path(lakehouse)
+    if "://" not in path:
+        os.makedirs(path, exist_ok=True)
+    write_deltalake(path, rows.cast(td.arrow_schema), mode="append")
+
+
+def ensure_table(td: TableDef, lakehouse: str) -> None:
+    """Create an empty table so readers (SQL, the API) find it before the first row arrives."""
+    if open_table(td, lakehouse) is None:
+        path = td.path(lakehouse)
+        if "://" not in path:
+            os.makedirs(path, exist_ok=True)
+        write_deltalake(path, td.arrow_schema.empty_table(), mode="append")

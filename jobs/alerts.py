@@ -1,0 +1,288 @@
+"""Streaming alert evaluation: silver tables -> gold.alert_events / gold.alerts, and webhooks.
+
+    spark-submit [--master …] --jars <delta jars> jobs/alerts.py [--lakehouse URI] [--rules conf/alerts.yaml]
+
+One streaming query reads the silver tables the rules use (a union, so one micro-batch id orders
+everything), shapes each micro-batch into per-entity samples and runs the rule lifecycle on the driver
+(pipelines/alert_engine.py). The engine's state is stored in gold.alerts_engine_state after every batch
+and restored at start-up.
+
+Exactly once: the three gold writes carry the app transaction (isrwatch-alerts/<query id>, batch id),
+the state is written last, and a batch whose state is already committed is skipped. A batch replayed
+after a crash therefore recomputes the same transitions from the same state, and Delta keeps one copy.
+Transitions go to the webhook dispatcher after the commit; a crash before it hands them over is covered
+by the dispatcher's recovery from gold.alert_events at the next start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from isrwatch.alert_config import load_alert_config
+from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
+from isrwatch.settings import PipelineSettings, SettingsError, load_settings
+from isrwatch.webhook import WebhookDispatcher
+from pipelines.alert_engine import AlertEngine, EngineState, Transition
+from pipelines.alert_rules import AlertConfig, AlertConfigError
+from pipelines.alert_signals import SOURCES
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
+from schemas.silver import SILVER_TABLES
+
+# Silver columns each source needs (the union of all of them is what the streaming query carries).
+SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "partition_state": ("topic", "partition", "leader", "leader_epoch", "partition_epoch", "configured_min_isr",
+                        "effective_min_isr", "high_watermark", "isr", "replicas", "elr", "leader_recovery_state"),
+    "broker_metrics": ("broker_id", "mbean", "name", "kind", "value", "count"),
+    "ack_ledger": ("topic", "partition", "acks", "records_sent", "records_acked", "records_failed", "records_lost"),
+    "cluster_events": ("topic", "partition", "event_type", "cause", "records"),
+}
+
+
+def _ts(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def _die_here_if_asked(batch_id: int, point: str) -> None:
+    """Fault injection for the restart test: ISRWATCH_KILL_AT=alerts:<batch>:<point> SIGKILLs us."""
+    if os.environ.get("ISRWATCH_KILL_AT") == f"alerts:{batch_id}:{point}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datetime) -> list[dict[str, Any]]:
+    return [{
+        "event_id": f"{batch_id}-{i}", "eval_batch_id": batch_id, "seq": i, "status": t.status,
+        "previous_status": t.previous, "ts": _ts(t.ts_ms), "rule": t.rule, "fingerprint": t.fingerprint,
+        "cluster": t.cluster, "severity": t.severity, "scope": t.scope, "labels": sorted(t.labels.items()),
+        "summary": t.annotations.get("summary", ""), "description": t.annotations.get("description", ""),
+        "runbook": t.annotations.get("runbook", ""), "value": t.value, "inhibited": t.inhibited,
+        "starts_at": _ts(t.starts_ms), "ends_at": _ts(t.ends_ms), "evaluated_at": evaluated_at,
+    } for i, t in enumerate(transitions)]
+
+
+def alert_rows(engine: AlertEngine, batch_id: int) -> list[dict[str, Any]]:
+    rules = {r.name: r for r in engine.config.rules}
+    rows = []
+    for a in sorted(engine.state.alerts.values(), key=lambda a: (a.cluster, a.rule, a.fingerprint)):
+        r = rules.get(a.rule)
+        if r is None:
+            continue  # a rule removed from the file: its old alert is dropped with it
+        rows.append({
+            "status": a.status, "rule": a.rule, "fingerprint": a.fingerprint, "cluster": a.cluster,
+            "severity": r.severity, "scope": r.scope, "labels": sorted(a.labels.items()),
+            "summary": a.annotations.get("summary", ""), "description": a.annotations.get("description", ""),
+            "runbook": a.annotations.get("runbook", ""), "value": a.value, "inhibited": a.inhibited,
+            "active_since": _ts(a.since_ms), "fired_at": _ts(a.fired_ms), "resolved_at": _ts(a.resolved_ms),
+            "last_evaluated": _ts(a.last_ms), "updated_batch_id": batch_id,
+        })
+    return rows
+
+
+@dataclass
+class AlertStats:
+    batch_id: int = -1
+    rows_in: int = 0
+    transitions: int = 0
+    firing: int = 0
+    duration_ms: int = 0
+    total_transitions: int = 0
+
+
+@dataclass
+class AlertEvaluator:
+    """The foreachBatch body: shape, evaluate, write gold, hand transitions to the webhooks."""
+
+    settings: PipelineSettings
+    config: AlertConfig
+    engine: AlertEngine
+    dispatcher: WebhookDispatcher | None
+    query_id: str | None = None
+    stats: AlertStats = field(default_factory=AlertStats)
+    on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def app_id(self) -> str:
+        return f"isrwatch-alerts/{self.query_id}"
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        lake = self.settings.lakehouse
+        if not self.started.wait(120) or self.query_id is None:
+            raise RuntimeError("alerts: query id not set")
+        if committed_version(ALERTS_STATE, lake, self.app_id) >= batch_id:
+            return  # fully applied before a restart; the engine state loaded at start includes it
+        began = time.monotonic()
+        evaluated_at = datetime.now(UTC)
+        rows: Any = batch.toPandas()
+        frames = {}
+        for source in SOURCES.values():
+            if source.name == "broker_reports":
+                continue
+            part = rows[rows["_source"] == source.table]
+            if len(part):
+                frames[source.name] = source.shape(part.drop(columns="_source"))
+        transitions = self.engine.step(frames)
+        events = event_rows(transitions, batch_id, evaluated_at)
+        write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
+                   self.app_id, batch_id)
+        _die_here_if_asked(batch_id, "after_events")
+        write_once(ALERTS, lake, pa.Table.from_pylist(alert_rows(self.engine, batch_id), schema=ALERTS.arrow_schema),
+                   self.app_id, batch_id, mode="overwrite")
+        state = [{**r, "batch_id": batch_id} for r in self.engine.state.to_rows()]
+        write_once(ALERTS_STATE, lake, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema),
+                   self.app_id, batch_id, mode="overwrite")
+        _die_here_if_asked(batch_id, "after_state")
+        if self.dispatcher is not None:
+            self.dispatcher.submit(events)
+        if self.on_batch is not None:
+            self.on_batch(batch_id, events)
+        s = self.stats
+        s.batch_id, s.rows_in, s.transitions = batch_id, len(rows), len(events)
+        s.firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
+        s.total_transitions += len(events)
+        s.duration_ms = int((time.monotonic() - began) * 1000)
+        if batch_id > 0 and batch_id % self.settings.alerts.maintain_every_batches == 0:
+            from broker_emulator.delta_sink import compact_and_checkpoint
+
+            compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))
+
+
+@dataclass
+class RunningAlerts:
+    query: StreamingQuery
+    evaluator: AlertEvaluator
+    dispatcher: WebhookDispatcher | None
+
+    def stop(self) -> None:
+        self.query.stop()
+        if self.dispatcher is not None:
+            self.dispatcher.stop()
+
+
+def _silver_exists(spark: SparkSession, path: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, path))
+
+
+def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertConfig | None = None,
+                 log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningAlerts:
+    """Load rules and engine state, start the webhook lanes, then the streaming query."""
+    a, lake = settings.alerts, settings.lakehouse
+    config = config or load_alert_config(a.rules)
+    tables = sorted({SOURCES[r.source].table for r in config.rules})
+    paths = {t: SILVER_TABLES[t].path(lake) for t in tables}
+    deadline = time.monotonic() + a.wait_for_tables_seconds
+    while missing := [t for t, p in paths.items() if not _silver_exists(spark, p)]:
+        if time.monotonic() >= deadline:
+            raise FileNotFoundError("silver tables not found (run the validate job first): "
+                                    + ", ".join(f"{t} ({paths[t]})" for t in missing))
+        time.sleep(0.5)
+    for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
+        ensure_table(td, lake)
+    state = EngineState.from_rows(read_rows(ALERTS_STATE, lake).to_pylist())
+    engine = AlertEngine(config, state)
+    dispatcher = WebhookDispatcher(config, lake, log=log).start() if a.webhooks and config.receivers else None
+    streams = []
+    for t in tables:
+        cols = ["run_id", "ts", *SOURCE_COLUMNS[t]]
+        streams.append(spark.readStream.format("delta").option("maxFilesPerTrigger", a.max_files_per_trigger)
+                       .load(paths[t]).select(*cols).withColumn("_source", F.lit(t)))
+    union = streams[0]
+    for s in streams[1:]:
+        union = union.unionByName(s, allowMissingColumns=True)
+    evaluator = AlertEvaluator(settings, config, engine, dispatcher)
+    writer = (union.writeStream.queryName("alerts").foreachBatch(evaluator)
+              .option("checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/alerts"))
+    writer = (writer.trigger(availableNow=True) if a.trigger == "available-now"
+              else writer.trigger(processingTime=a.trigger_interval))
+    query = writer.start()
+    evaluator.query_id = str(query.id)  # kept in the checkpoint: the same after a restart
+    evaluator.started.set()
+    return RunningAlerts(query, evaluator, dispatcher)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jobs/alerts.py", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
+    p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml)")
+    p.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the config)")
+    p.add_argument("--checkpoints", default=None, help="checkpoint root (default <lakehouse>/_checkpoints)")
+    p.add_argument("--trigger", choices=["live", "available-now"], default=None)
+    p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
+    p.add_argument("--max-files-per-trigger", type=int, default=None, help="cap a micro-batch at N files per table")
+    p.add_argument("--no-webhooks", action="store_true", help="evaluate and record, deliver nothing")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
+    settings = load_settings(args.config, {
+        "lakehouse": args.lakehouse, "checkpoints": args.checkpoints, "alerts.rules": args.rules,
+        "alerts.trigger": args.trigger, "alerts.trigger_interval": args.trigger_interval,
+        "alerts.webhooks": False if args.no_webhooks else None,
+        "alerts.max_files_per_trigger": args.max_files_per_trigger,
+    })
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--conf: expected KEY=VALUE, got {item!r}")
+        settings.spark[key] = value
+    return settings
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from isrwatch.spark import build_spark_session
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+        config = load_alert_config(settings.alerts.rules)
+    except (SettingsError, AlertConfigError) as e:
+        print(f"alerts: {e}", file=sys.stderr)
+        return 2
+    spark = build_spark_session("isrwatch-alerts", conf=settings.spark)
+    try:
+        running = start_alerts(spark, settings, config)
+    except FileNotFoundError as e:
+        print(f"alerts: {e}", file=sys.stderr)
+        return 2
+    print(f"alerts: {len(config.rules)} rules, {len(config.receivers)} receiver(s), "
+          f"trigger {settings.alerts.trigger}", file=sys.stderr)
+    try:
+        running.query.awaitTermination()
+    except KeyboardInterrupt:
+        running.stop()
+        print("alerts: stopped; a restart resumes where this left off", file=sys.stderr)
+        return 130
+    if running.dispatcher is not None:
+        running.dispatcher.wait_idle(30)
+        running.dispatcher.stop()
+    s = running.evaluator.stats
+    failed = running.query.exception() is not None
+    if failed:
+        print(f"alerts: FAILED: {running.query.exception()}", file=sys.stderr)
+    print(f"alerts: {s.total_transitions} transitions, {s.firing} alerts firing", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

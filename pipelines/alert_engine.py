@@ -1,0 +1,387 @@
+"""The alert lifecycle in event time: inactive -> pending -> firing -> resolved, one alert per rule and entity.
+
+`AlertEngine.step` takes one micro-batch of shaped samples (pipelines/alert_signals.py) and returns the
+transitions it caused; all it remembers between batches is `EngineState`, which the alerts job stores in
+Delta after every batch and reloads on restart. Given the same state and batch, a step produces the same
+transitions (sorted, no wall clock), which is what makes a replayed micro-batch harmless.
+
+Semantics, per rule and entity, over samples in event-time order:
+- condition true while inactive (or resolved): pending since that sample; firing at the first sample at
+  least `for` after it (at once when `for` is 0);
+- condition false while pending: back to inactive; while firing: resolved;
+- an entity with an open alert that has no sample at a time its source reported for the same cluster
+  counts as false there (an offline broker's metrics do not keep its alerts open forever);
+- samples older than the entity's last evaluated sample are late and ignored (counted in `late`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import string
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pipelines.alert_rules import AlertConfig, Rule
+from pipelines.alert_signals import SOURCES
+
+OPEN = ("pending", "firing")
+
+
+@dataclass
+class Alert:
+    """One rule × entity: its current lifecycle status and what the last sample said."""
+
+    rule: str
+    fingerprint: str
+    cluster: str
+    labels: dict[str, str]
+    status: str
+    since_ms: int          # pending since (and, while firing, when the condition began)
+    fired_ms: int | None
+    resolved_ms: int | None
+    last_ms: int
+    value: float
+    annotations: dict[str, str]
+    inhibited: bool = False
+
+
+@dataclass
+class Transition:
+    rule: str
+    fingerprint: str
+    cluster: str
+    status: str            # pending | firing | resolved | inactive
+    previous: str
+    ts_ms: int
+    severity: str
+    scope: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    value: float
+    starts_ms: int
+    ends_ms: int | None
+    inhibited: bool
+
+
+@dataclass
+class EngineState:
+    alerts: dict[str, Alert] = field(default_factory=dict)                 # key: rule/fingerprint
+    last_seen: dict[str, int] = field(default_factory=dict)                # key: cluster/broker_id
+    windows: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # key: rule/fingerprint
+    window_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def to_rows(self) -> list[dict[str, str]]:
+        rows = [{"kind": "alert", "key": k, "state": json.dumps(asdict(a), sort_keys=True)}
+                for k, a in sorted(self.alerts.items())]
+        rows += [{"kind": "last_seen", "key": k, "state": json.dumps(v)} for k, v in sorted(self.last_seen.items())]
+        rows += [{"kind": "window", "key": k, "state": json.dumps({"samples": v, "labels": self.window_labels[k]})}
+                 for k, v in sorted(self.windows.items()) if v]
+        return rows
+
+    @classmethod
+    def from_rows(cls, rows: list[dict[str, str]]) -> EngineState:
+        s = cls()
+        for r in rows:
+            data = json.loads(r["state"])
+            if r["kind"] == "alert":
+                s.alerts[r["key"]] = Alert(**data)
+            elif r["kind"] == "last_seen":
+                s.last_seen[r["key"]] = int(data)
+            elif r["kind"] == "window":
+                s.windows[r["key"]] = [(int(t), dict(v)) for t, v in data["samples"]]
+                s.window_labels[r["key"]] = dict(data["labels"])
+        return s
+
+
+def fingerprint(rule: str, labels: dict[str, str]) -> str:
+    """Stable across restarts and hosts: a hash of the rule and its identifying labels."""
+    text = rule + "\x00" + "\x00".join(f"{k}={labels[k]}" for k in sorted(labels))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def to_ms(ts: Any) -> int:
+    return int(pd.Timestamp(ts).value // 1_000_000)
+
+
+class _Values(dict[str, Any]):
+    """Template values: integral floats print as integers, unknown fields are an error caught at start-up."""
+
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+def _display(v: Any) -> Any:
+    if isinstance(v, float | np.floating):
+        if math.isnan(v):
+            return "n/a"
+        return int(v) if float(v).is_integer() else round(float(v), 3)
+    if isinstance(v, np.integer | np.bool_):
+        return v.item()
+    return v
+
+
+def render(template: str, values: dict[str, Any]) -> str:
+    return string.Formatter().vformat(template, (), _Values({k: _display(v) for k, v in values.items()}))
+
+
+class AlertEngine:
+    def __init__(self, config: AlertConfig, state: EngineState | None = None) -> None:
+        self.config = config
+        self.state = state or EngineState()
+        self.rules = _inhibitors_first(config.rules)
+        self.late = 0
+
+    def step(self, frames: dict[str, pd.DataFrame]) -> list[Transition]:
+        """Evaluate every rule on one batch of shaped frames; return the transitions, in event-time order."""
+        frames = dict(frames)
+        if "broker_metrics" in frames:
+            frames["broker_reports"] = self._broker_reports(frames["broker_metrics"])
+        clocks = _clocks(frames)
+        out: list[Transition] = []
+        for rule in self.rules:
+            frame = frames.get(rule.source)
+            if frame is None and not (rule.window_ms and self._has_windows(rule)):
+                continue
+            samples = self._samples(rule, frame, clocks)
+            if samples is not None:
+                out += self._advance(rule, samples)
+        self._expire_resolved(clocks)
+        out.sort(key=lambda t: (t.ts_ms, t.rule, t.fingerprint, t.status))
+        return out
+
+    # -- samples -------------------------------------------------------------------------------------
+    def _samples(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
+        keys = ["run_id", "ts", *rule.entity_keys]
+        if frame is not None and len(frame):
+            missing = [c for c in SOURCES[rule.source].columns if c not in frame.columns]
+            frame = frame.assign(ts=frame["ts"].map(to_ms), **dict.fromkeys(missing, np.nan))
+            if set(frame.columns) - set(keys) and rule.scope != _grain_of(frame, rule):
+                numeric = [c for c in frame.columns if c not in keys and c not in ("topic", "partition", "broker_id")]
+                frame = frame.groupby(keys, as_index=False, sort=True)[numeric].agg(rule.aggregate)
+        if rule.window_ms:
+            frame = self._windowed(rule, frame, clocks)
+        if frame is None or not len(frame):
+            return None
+        frame = frame.reset_index(drop=True)
+        cond = frame.eval(rule.when, engine="python")
+        frame["_cond"] = np.asarray(cond, dtype=bool) if not isinstance(cond, bool) else cond
+        frame["_value"] = (frame.eval(rule.value, engine="python").astype("float64") if rule.value
+                           else frame["_cond"].astype("float64"))
+        return frame
+
+    def _windowed(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
+        """Sum each column over the trailing window, per entity, at every time the cluster reported."""
+        w = self.state.windows
+        prefix = f"{rule.name}/"
+        if frame is not None:
+            cols = [c for c in frame.columns if c not in ("run_id", "ts", *rule.entity_keys)]
+            for rec in frame.to_dict("records"):
+                labels = self._labels(rule, rec)
+                key = prefix + fingerprint(rule.name, labels)
+                w.setdefault(key, []).append((int(rec["ts"]), {c: float(rec[c]) for c in cols}))
+                self.state.window_labels[key] = labels
+        rows = []
+        for key in sorted(k for k in w if k.startswith(prefix)):
+            labels = self.state.window_labels[key]
+            cluster = labels["cluster"]
+            samples = sorted(w[key], key=lambda s: s[0])
+            cols = sorted({c for _, v in samples for c in v})
+            ts = np.array([t for t, _ in samples], dtype=np.int64)
+            # Prefix sums: each point's window total is a difference of two of them (O(n log n), not O(n^2)).
+            cum = np.vstack([np.zeros(len(cols)), np.cumsum([[v.get(c, 0.0) for c in cols] for _, v in samples],
+                                                            axis=0)])
+            points = np.unique(np.append(ts, [clocks[cluster]] if cluster in clocks else []).astype(np.int64))
+            hi = np.searchsorted(ts, points, side="right")
+            lo = np.searchsorted(ts, points - rule.window_ms, side="right")
+            sums = cum[hi] - cum[lo]
+            entity = {k: _typed(k, labels[k]) for k in rule.entity_keys}
+            frame = pd.DataFrame(sums, columns=cols).assign(run_id=cluster, ts=points, **entity)
+            rows.append(frame)
+            horizon = int(points.max()) - rule.window_ms if len(points) else 0
+            w[key] = [s for s in samples if s[0] > horizon]
+        for key in [k for k in w if k.startswith(prefix) and not w[k]]:
+            del w[key]
+            self.state.window_labels.pop(key, None)
+        if not rows:
+            return None
+        return pd.concat(rows, ignore_index=True).fillna(0.0)
+
+    def _has_windows(self, rule: Rule) -> bool:
+        return any(k.startswith(f"{rule.name}/") for k in self.state.windows)
+
+    def _broker_reports(self, metrics: pd.DataFrame) -> pd.DataFrame:
+        """For each time a cluster reported, how long since each known broker last did."""
+        rows = []
+        for cluster, group in metrics.groupby("run_id", sort=True):
+            reports = sorted({(to_ms(ts), int(b)) for ts, b in zip(group["ts"], group["broker_id"], strict=True)})
+            seen = {int(k.split("/", 1)[1]): v for k, v in self.state.last_seen.items()
+                    if k.split("/", 1)[0] == cluster}
+            i = 0
+            for t in sorted({t for t, _ in reports}):
+                while i < len(reports) and reports[i][0] <= t:
+                    seen[reports[i][1]] = max(seen.get(reports[i][1], 0), reports[i][0])
+                    i += 1
+                rows += [{"run_id": cluster, "ts": pd.Timestamp(t, unit="ms", tz="UTC"), "broker_id": b,
+                          "seconds_since_report": (t - last) / 1000} for b, last in sorted(seen.items())]
+            for b, last in seen.items():
+                self.state.last_seen[f"{cluster}/{b}"] = last
+        return pd.DataFrame(rows, columns=["run_id", "ts", "broker_id", "seconds_since_report"])
+
+    # -- lifecycle -----------------------------------------------------------------------------------
+    def _labels(self, rule: Rule, rec: dict[str, Any]) -> dict[str, str]:
+        labels = {"alertname": rule.name, "severity": rule.severity, "cluster": str(rec["run_id"])}
+        labels.update({k: str(_display(rec[k])) for k in rule.entity_keys})
+        labels.update(rule.labels)
+        return labels
+
+    def _advance(self, rule: Rule, samples: pd.DataFrame) -> list[Transition]:
+        alerts = self.state.alerts
+        open_keys = {k: a for k, a in alerts.items() if a.rule == rule.name and a.status in OPEN}
+        # Only entities whose condition held somewhere in the batch, or that have an open alert, can change:
+        # select their rows with a vectorised key before touching rows one by one.
+        ek = _entity_keys(samples, rule.entity_keys)
+        wanted = set(ek[samples["_cond"].to_numpy()]) | {
+            "|".join([a.cluster, *(a.labels[k] for k in rule.entity_keys)]) for a in open_keys.values()}
+        by_entity: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        labels_of: dict[str, dict[str, str]] = {}
+        if wanted:
+            for rec in samples[ek.isin(wanted).to_numpy()].to_dict("records"):
+                labels = self._labels(rule, rec)
+                fp = fingerprint(rule.name, labels)
+                by_entity[fp].append(rec)
+                labels_of[fp] = labels
+        times = {c: sorted(set(g["ts"])) for c, g in samples.groupby("run_id", sort=True)}
+        out: list[Transition] = []
+        for fp in sorted(set(by_entity) | {a.fingerprint for a in open_keys.values()}):
+            key = f"{rule.name}/{fp}"
+            alert = alerts.get(key)
+            recs = sorted(by_entity.get(fp, []), key=lambda r: r["ts"])
+            cluster = alert.cluster if alert else str(recs[0]["run_id"])
+            present = {int(r["ts"]) for r in recs}
+            absent = [t for t in times.get(cluster, []) if t not in present]
+            seq = [(int(r["ts"]), bool(r["_cond"]), r) for r in recs] + [(t, False, None) for t in absent]
+            for ts, cond, rec in sorted(seq, key=lambda s: (s[0], s[1])):
+                if alert is not None and ts <= alert.last_ms:
+                    self.late += rec is not None
+                    continue
+                alert, transition = self._apply(rule, key, fp, labels_of.get(fp), alert, ts, cond, rec)
+                if transition is not None:
+                    out.append(transition)
+        return out
+
+    def _apply(self, rule: Rule, key: str, fp: str, labels: dict[str, str] | None, alert: Alert | None, ts: int,
+               cond: bool, rec: dict[str, Any] | None) -> tuple[Alert | None, Transition | None]:
+        status = alert.status if alert else "inactive"
+        if alert is not None:
+            alert.last_ms = ts
+        if not cond:
+            if alert is None or status not in OPEN:
+                return alert, None
+            new = "resolved" if status == "firing" else "inactive"
+            alert.status, alert.resolved_ms = new, ts if new == "resolved" else None
+            if new == "inactive":
+                del self.state.alerts[key]
+            return alert, self._transition(rule, alert, new, status, ts)
+        assert rec is not None and labels is not None
+        value = float(rec["_value"])
+        annotations = {name: render(getattr(rule, name), {**rec, **labels, "value": value})
+                       for name in ("summary", "description", "runbook")}
+        if status in OPEN:
+            assert alert is not None
+            alert.value, alert.annotations = value, annotations
+            if status == "pending" and ts - alert.since_ms >= rule.for_ms:
+                alert.status, alert.fired_ms = "firing", ts
+                alert.inhibited = self._inhibited(rule, labels, ts)
+                return alert, self._transition(rule, alert, "firing", "pending", ts)
+            return alert, None
+        alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value, annotations)
+        self.state.alerts[key] = alert
+        if rule.for_ms == 0:
+            alert.status, alert.fired_ms = "firing", ts
+            alert.inhibited = self._inhibited(rule, labels, ts)
+            return alert, self._transition(rule, alert, "firing", status, ts)
+        return alert, self._transition(rule, alert, "pending", status, ts)
+
+    def _inhibited(self, rule: Rule, labels: dict[str, str], ts: int) -> bool:
+        for inh in rule.inhibited_by:
+            for a in self.state.alerts.values():
+                if (a.rule == inh.rule and a.status == "firing" and a.fired_ms is not None and a.fired_ms <= ts
+                        and all(a.labels.get(k) == labels.get(k) for k in inh.equal)):
+                    return True
+        return False
+
+    def _transition(self, rule: Rule, a: Alert, status: str, previous: str, ts: int) -> Transition:
+        starts = a.fired_ms if a.fired_ms is not None else a.since_ms
+        return Transition(rule.name, a.fingerprint, a.cluster, status, previous, ts, rule.severity, rule.scope,
+                          dict(a.labels), dict(a.annotations), a.value, starts,
+                          ts if status in ("resolved", "inactive") else None, a.inhibited)
+
+    def _expire_resolved(self, clocks: dict[str, int]) -> None:
+        """Resolved alerts stay visible in gold.alerts for `resolved_retention` of event time, then go."""
+        keep = self.config.resolved_retention_ms
+        for key in sorted(self.state.alerts):
+            a = self.state.alerts[key]
+            if a.status == "resolved" and a.resolved_ms is not None and a.cluster in clocks \
+                    and clocks[a.cluster] - a.resolved_ms > keep:
+                del self.state.alerts[key]
+
+
+def _entity_keys(samples: pd.DataFrame, keys: tuple[str, ...]) -> pd.Series:
+    out = samples["run_id"].astype(str)
+    for k in keys:
+        col = samples[k]
+        out = out + "|" + (col.astype("int64").astype(str) if k in ("partition", "broker_id") else col.astype(str))
+    return out
+
+
+def _typed(key: str, text: str) -> Any:
+    return int(text) if key in ("partition", "broker_id") else text
+
+
+def _grain_of(frame: pd.DataFrame, rule: Rule) -> str:
+    if "partition" in frame.columns:
+        return "partition"
+    if "broker_id" in frame.columns:
+        return "broker"
+    if "topic" in frame.columns:
+        return "topic"
+    return "cluster"
+
+
+def _clocks(frames: dict[str, pd.DataFrame]) -> dict[str, int]:
+    """Per cluster, the latest event time any source reported in this batch."""
+    clocks: dict[str, int] = {}
+    for frame in frames.values():
+        if frame is None or not len(frame):
+            continue
+        for cluster, ts in frame.groupby("run_id", sort=True)["ts"].max().items():
+            clocks[str(cluster)] = max(clocks.get(str(cluster), 0), to_ms(ts))
+    return clocks
+
+
+def _inhibitors_first(rules: tuple[Rule, ...]) -> list[Rule]:
+    """Evaluate inhibiting rules before the rules they inhibit, so a same-time inhibition is seen."""
+    by_name = {r.name: r for r in rules}
+    ordered: list[Rule] = []
+    visiting: set[str] = set()
+
+    def visit(r: Rule) -> None:
+        if r in ordered:
+            return
+        if r.name in visiting:
+            raise ValueError(f"rule {r.name!r}: inhibited_by forms a cycle")
+        visiting.add(r.name)
+        for inh in r.inhibited_by:
+            visit(by_name[inh.rule])
+        visiting.discard(r.name)
+        ordered.append(r)
+
+    for r in rules:
+        visit(r)
+    return ordered

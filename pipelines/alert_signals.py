@@ -1,0 +1,142 @@
+"""Alert signals: silver rows shaped into the per-entity samples alert rules are written against.
+
+Each source has a grain (the entity one sample describes) and documented columns; a rule's `when`
+expression may use exactly these columns (checked at start-up). Pure pandas: the alerts job collects
+each silver micro-batch and shapes it here, so the rule engine can be tested without Spark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from broker_emulator.metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
+
+SCOPE_KEYS: dict[str, tuple[str, ...]] = {
+    "partition": ("topic", "partition"),
+    "topic": ("topic",),
+    "broker": ("broker_id",),
+    "cluster": (),
+}
+
+
+def metric_column(key: str) -> str:
+    """Column of a metric in the broker_metrics source: `ErrorsPerSec:NOT_ENOUGH_REPLICAS` ->
+    `ErrorsPerSec_NOT_ENOUGH_REPLICAS` (a valid expression name)."""
+    return key.replace(":", "_")
+
+
+METERS = (*BROKER_METERS, *CONTROLLER_METERS)
+BROKER_METRIC_COLUMNS: dict[str, str] = {
+    **{metric_column(k): f"{k}: gauge value, or a meter's rate per second over the interval" for k in MBEANS},
+    **{f"{metric_column(k)}_count": f"{k}: cumulative count since the broker process started" for k in METERS},
+}
+EVENT_COUNT_COLUMNS = {
+    "isr_shrinks": "isr_shrink events", "isr_expands": "isr_expand events",
+    "elections": "leader elections (any kind)", "unclean_elections": "unclean leader elections",
+    "produce_not_enough_replicas": "produce requests refused with NOT_ENOUGH_REPLICAS",
+    "produce_rejected": "produce requests refused (any error)",
+    "truncations": "replica log truncations", "records_truncated": "records removed by truncation",
+}
+
+
+@dataclass(frozen=True)
+class Source:
+    """A signal source: the silver table it reads, its grain, its columns and how to shape it."""
+
+    name: str
+    table: str
+    grain: str
+    columns: dict[str, str]
+    shape: Callable[[pd.DataFrame], pd.DataFrame]
+
+
+def _sizes(values: pd.Series) -> pd.Series:
+    return values.map(lambda v: 0 if v is None else len(v)).astype("int64")
+
+
+def shape_partition_state(rows: pd.DataFrame) -> pd.DataFrame:
+    out = rows[["run_id", "ts", "topic", "partition", "leader", "leader_epoch", "partition_epoch",
+                "configured_min_isr", "effective_min_isr", "high_watermark"]].copy()
+    out["isr_size"] = _sizes(rows["isr"])
+    out["replication_factor"] = _sizes(rows["replicas"])
+    out["elr_size"] = _sizes(rows["elr"])
+    out["offline"] = rows["leader"] < 0
+    out["recovering"] = rows["leader_recovery_state"] == "RECOVERING"
+    return out
+
+
+def shape_broker_metrics(rows: pd.DataFrame) -> pd.DataFrame:
+    """One wide row per (run, ts, broker): a column per metric (absent metrics are NaN)."""
+    keyed = rows.assign(metric=_metric_keys(rows))
+    index = ["run_id", "ts", "broker_id"]
+    values = keyed.pivot_table(index=index, columns="metric", values="value", aggfunc="last")
+    meters = keyed[keyed["kind"] == "meter"]
+    counts = meters.pivot_table(index=index, columns="metric", values="count", aggfunc="last")
+    counts.columns = [f"{c}_count" for c in counts.columns]
+    wide = values.join(counts, how="left") if len(counts.columns) else values
+    wide = wide.reindex(columns=list(BROKER_METRIC_COLUMNS))
+    wide.columns.name = None
+    return wide.reset_index()
+
+
+def _metric_keys(rows: pd.DataFrame) -> pd.Series:
+    # ErrorsPerSec is one MBean name per error code: the code is the MBean's `error` key.
+    error = rows["mbean"].str.extract(r"error=([A-Z_]+)", expand=False)
+    return rows["name"].where(error.isna(), rows["name"] + "_" + error.fillna(""))
+
+
+def shape_ack_ledger(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, ts, partition): the interval's records over all acks levels, and the acks=all share."""
+    r = rows.assign(acks_all_acked=np.where(rows["acks"] == "all", rows["records_acked"], 0))
+    return (r.groupby(["run_id", "ts", "topic", "partition"], as_index=False, sort=True)
+            [["records_sent", "records_acked", "records_failed", "records_lost", "acks_all_acked"]].sum())
+
+
+def shape_cluster_events(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, ts, topic, partition): how many events of each kind happened (partition events only)."""
+    e = rows[rows["topic"].notna() & rows["partition"].notna()]
+    et, cause = e["event_type"], e["cause"]
+    counts = pd.DataFrame({
+        "run_id": e["run_id"], "ts": e["ts"], "topic": e["topic"], "partition": e["partition"].astype("int64"),
+        "isr_shrinks": (et == "isr_shrink"), "isr_expands": (et == "isr_expand"),
+        "elections": (et == "election"), "unclean_elections": (et == "election") & (cause == "unclean"),
+        "produce_not_enough_replicas": (et == "produce_rejected") & (cause == "NOT_ENOUGH_REPLICAS"),
+        "produce_rejected": (et == "produce_rejected"), "truncations": (et == "truncation"),
+        "records_truncated": np.where(et == "truncation", e["records"].fillna(0), 0),
+    })
+    cols = list(EVENT_COUNT_COLUMNS)
+    counts[cols] = counts[cols].astype("int64")
+    return counts.groupby(["run_id", "ts", "topic", "partition"], as_index=False, sort=True)[cols].sum()
+
+
+_PARTITION_STATE_COLUMNS = {
+    "leader": "leader broker id (-1 offline)", "leader_epoch": "leader epoch",
+    "partition_epoch": "partition epoch", "configured_min_isr": "min.insync.replicas",
+    "effective_min_isr": "min(min.insync.replicas, replication factor)", "high_watermark": "leader HW",
+    "isr_size": "replicas in the ISR", "replication_factor": "assigned replicas", "elr_size": "ELR size",
+    "offline": "no leader", "recovering": "leader recovery state is RECOVERING (after an unclean election)",
+}
+SOURCES: dict[str, Source] = {s.name: s for s in (
+    Source("partition_state", "partition_state", "partition", _PARTITION_STATE_COLUMNS, shape_partition_state),
+    Source("broker_metrics", "broker_metrics", "broker", BROKER_METRIC_COLUMNS, shape_broker_metrics),
+    Source("ack_ledger", "ack_ledger", "partition", {
+        "records_sent": "records sent in the interval", "records_acked": "records acknowledged",
+        "records_failed": "records answered with an error",
+        "records_lost": "acknowledged records found lost (emulator ground truth)",
+        "acks_all_acked": "records acknowledged to acks=all producers"}, shape_ack_ledger),
+    Source("cluster_events", "cluster_events", "partition", EVENT_COUNT_COLUMNS, shape_cluster_events),
+    # Computed by the engine from broker_metrics arrivals: a broker that stops reporting has no rows.
+    Source("broker_reports", "broker_metrics", "broker", {
+        "seconds_since_report": "event time since the broker's last metrics, at the cluster's latest report"},
+        lambda rows: rows),
+)}
+
+
+def empty_frame(source: Source, scope: str) -> pd.DataFrame:
+    """A zero-row frame with a source's columns at a scope, to check expressions and templates against."""
+    cols = ["run_id", "ts", *SCOPE_KEYS[scope], *source.columns]
+    return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})

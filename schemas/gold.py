@@ -1,0 +1,92 @@
+"""Gold tables: alert transitions and current state, webhook deliveries, and the alert engine's state."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.bronze import TS
+from schemas.expectations import in_set, not_null
+from schemas.table import TableDef, columns
+
+LABELS = pa.map_(pa.string(), pa.string())
+
+_ALERT_COLUMNS = (
+    ("rule", pa.string(), False, "alert rule name (conf/alerts.yaml), also the `alertname` label"),
+    ("fingerprint", pa.string(), False, "stable id of the rule and entity: a hash of the rule and its labels"),
+    ("cluster", pa.string(), False, "the cluster (emulator run id) the alert is about"),
+    ("severity", pa.string(), False, "critical, warning or info"),
+    ("scope", pa.string(), False, "partition, topic, broker or cluster"),
+    ("labels", LABELS, False, "alertname, severity, cluster, the entity (topic/partition/broker_id) and rule labels"),
+    ("summary", pa.string(), False, "rendered summary template"),
+    ("description", pa.string(), False, "rendered description template"),
+    ("runbook", pa.string(), False, "rendered runbook text"),
+    ("value", pa.float64(), False, "the rule's `value` expression at the last sample"),
+    ("inhibited", pa.bool_(), False, "an inhibiting alert was firing when this one fired: recorded, not delivered"),
+)
+
+_schema, _docs = columns(
+    ("event_id", pa.string(), False, "'<evaluation batch>-<seq>': unique, ordered"),
+    ("eval_batch_id", pa.int64(), False, "the alerts query's micro-batch that produced the transition"),
+    ("seq", pa.int32(), False, "order within the micro-batch (event time, then rule, then fingerprint)"),
+    ("status", pa.string(), False, "the new status: pending, firing, resolved, or inactive (pending cleared)"),
+    ("previous_status", pa.string(), False, "the status before: inactive, pending, firing or resolved"),
+    ("ts", TS, False, "event time of the sample that caused the transition"),
+    *_ALERT_COLUMNS,
+    ("starts_at", TS, False, "when it started firing (pending: when the condition began)"),
+    ("ends_at", TS, True, "when it resolved (or the pending condition cleared); null otherwise"),
+    ("evaluated_at", TS, False, "wall time the micro-batch was evaluated"),
+)
+ALERT_EVENTS = TableDef(
+    "gold", "alert_events", _schema, ("event_id",),
+    "Every alert lifecycle transition, in order: what webhooks are sent from.", _docs,
+    expectations=(*not_null("event_id", "status", "rule", "fingerprint"),
+                  in_set("status", ["pending", "firing", "resolved", "inactive"])),
+)
+
+_schema, _docs = columns(
+    ("status", pa.string(), False, "pending, firing or resolved (resolved ones stay for resolved_retention)"),
+    *_ALERT_COLUMNS,
+    ("active_since", TS, False, "when the condition began to hold"),
+    ("fired_at", TS, True, "when it started firing"),
+    ("resolved_at", TS, True, "when it resolved"),
+    ("last_evaluated", TS, False, "event time of the last sample evaluated for it"),
+    ("updated_batch_id", pa.int64(), False, "the alerts micro-batch that last wrote this table"),
+)
+ALERTS = TableDef(
+    "gold", "alerts", _schema, ("fingerprint",),
+    "Current state: one row per rule and entity with an open (pending/firing) or recently resolved alert.", _docs,
+)
+
+_schema, _docs = columns(
+    ("kind", pa.string(), False, "alert, last_seen (a broker's last metrics) or window (a rule's trailing samples)"),
+    ("key", pa.string(), False, "rule/fingerprint or cluster/broker_id"),
+    ("state", pa.string(), False, "JSON"),
+    ("batch_id", pa.int64(), False, "the alerts micro-batch this state is the result of"),
+)
+ALERTS_STATE = TableDef(
+    "gold", "alerts_engine_state", _schema, ("kind", "key"),
+    "Internal: the alert engine's state after the last micro-batch (restored on restart).", _docs,
+)
+
+_schema, _docs = columns(
+    ("delivery_id", pa.string(), False, "'<event_id>@<receiver>': the same across retries (X-Isrwatch-Delivery)"),
+    ("event_id", pa.string(), False, "gold.alert_events.event_id delivered"),
+    ("receiver", pa.string(), False, "receiver name (conf/alerts.yaml)"),
+    ("rule", pa.string(), False, "alert rule"),
+    ("fingerprint", pa.string(), False, "alert fingerprint"),
+    ("alert_status", pa.string(), False, "firing or resolved"),
+    ("attempt", pa.int32(), False, "1 for the first attempt"),
+    ("outcome", pa.string(), False, "delivered, retry (will try again), rejected (4xx, not retried), gave_up"),
+    ("http_status", pa.int32(), True, "the receiver's HTTP status, null when no response"),
+    ("error", pa.string(), True, "why it failed (connection error, timeout, status text)"),
+    ("attempted_at", TS, False, "wall time of the attempt"),
+    ("duration_ms", pa.float64(), False, "wall time the attempt took"),
+    ("next_attempt_at", TS, True, "for retry: when the next attempt is due"),
+)
+DELIVERIES = TableDef(
+    "gold", "deliveries", _schema, ("delivery_id", "attempt"),
+    "Every webhook delivery attempt and its outcome.", _docs,
+    expectations=(in_set("outcome", ["delivered", "retry", "rejected", "gave_up"]),),
+)
+
+GOLD_ALERT_TABLES: tuple[TableDef, ...] = (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES)

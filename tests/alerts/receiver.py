@@ -1,0 +1,59 @@
+"""A real webhook receiver for the tests: an HTTP server on 127.0.0.1 that records every POST."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class Receiver:
+    def __init__(self, port: int = 0) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.answers: list[int] = []      # statuses to answer with, in order; then 200
+        self.lock = threading.Lock()
+        self.got = threading.Condition(self.lock)
+        self.port = port
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/alerts"
+
+    def start(self) -> Receiver:
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer.got:
+                    status = outer.answers.pop(0) if outer.answers else 200
+                    outer.requests.append({"headers": dict(self.headers), "body": body,
+                                           "json": json.loads(body), "status": status})
+                    outer.got.notify_all()
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def wait_for(self, n: int, timeout: float = 30) -> list[dict[str, Any]]:
+        with self.got:
+            self.got.wait_for(lambda: len(self.requests) >= n, timeout)
+            return list(self.requests)
+
+    def delivered(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [r for r in self.requests if 200 <= r["status"] < 300]

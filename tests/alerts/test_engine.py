@@ -1,0 +1,194 @@
+"""The alert lifecycle on hand-made samples: for-durations in event time, resolution, inhibition, the
+anchors' defects (unclean election, controller-only offline count, one partition of a hundred), restart."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from isrwatch.alert_config import load_alert_config
+from pipelines.alert_engine import AlertEngine, EngineState, Transition
+from pipelines.alert_rules import AlertConfigError, parse_alert_config
+
+CONFIG = load_alert_config()
+T0 = pd.Timestamp("2026-01-01T00:00:00Z")
+
+
+def at(s: float) -> pd.Timestamp:
+    return T0 + pd.Timedelta(seconds=s)
+
+
+def partitions(s: float, isr: dict[int, int], rf: int = 3, min_isr: int = 2, topic: str = "t",
+               leader: dict[int, int] | None = None, n: int | None = None) -> pd.DataFrame:
+    """partition_state samples at second `s`: partition -> ISR size (others fully in sync)."""
+    count = n if n is not None else max(isr) + 1
+    rows = [{"run_id": "c1", "ts": at(s), "topic": topic, "partition": p, "leader": (leader or {}).get(p, 1),
+             "leader_epoch": 0, "partition_epoch": 0, "configured_min_isr": min_isr, "effective_min_isr": min_isr,
+             "high_watermark": 0, "isr_size": isr.get(p, rf), "replication_factor": rf, "elr_size": 0,
+             "offline": (leader or {}).get(p, 1) < 0, "recovering": False} for p in range(count)]
+    return pd.DataFrame(rows)
+
+
+def controller(s: float, **metrics: float) -> pd.DataFrame:
+    """broker_metrics samples at second `s`: the controller (3000) and three brokers reporting."""
+    rows = [{"run_id": "c1", "ts": at(s), "broker_id": 3000, "ActiveControllerCount": 1.0,
+             "OfflinePartitionsCount": 0.0, "UncleanLeaderElectionsPerSec": 0.0, **metrics}]
+    rows += [{"run_id": "c1", "ts": at(s), "broker_id": b, "ErrorsPerSec_NOT_ENOUGH_REPLICAS": 0.0} for b in (1, 2, 3)]
+    return pd.DataFrame(rows)
+
+
+def run(engine: AlertEngine, *batches: dict[str, pd.DataFrame]) -> list[Transition]:
+    out: list[Transition] = []
+    for frames in batches:
+        out += engine.step(frames)
+    return out
+
+
+def of(ts: list[Transition], rule: str, status: str | None = None) -> list[Transition]:
+    return [t for t in ts if t.rule == rule and (status is None or t.status == status)]
+
+
+def test_under_min_isr_fires_at_once_and_resolves_when_the_isr_returns() -> None:
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"partition_state": partitions(0, {0: 3})}, {"partition_state": partitions(1, {0: 1})},
+             {"partition_state": partitions(2, {0: 1})}, {"partition_state": partitions(3, {0: 3})})
+    fired, resolved = of(ts, "UnderMinIsr", "firing"), of(ts, "UnderMinIsr", "resolved")
+    assert [(t.ts_ms, t.labels["partition"]) for t in fired] == [(1000 + T0.value // 10**6, "0")]
+    assert [t.ts_ms - T0.value // 10**6 for t in resolved] == [3000]
+    assert fired[0].fingerprint == resolved[0].fingerprint
+    assert fired[0].annotations["summary"] == "t-0: ISR 1 below min.insync.replicas 2"
+    assert fired[0].severity == "critical" and fired[0].value == 1.0
+
+
+def test_for_duration_is_event_time() -> None:
+    """UnderReplicated has for: 30s. 29 s of samples keep it pending; the sample at 30 s fires it."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, *({"partition_state": partitions(s, {0: 2})} for s in range(0, 30)))
+    assert [t.status for t in of(ts, "UnderReplicated")] == ["pending"]
+    ts = run(e, {"partition_state": partitions(30, {0: 2})})
+    assert [t.status for t in of(ts, "UnderReplicated")] == ["firing"]
+    assert of(ts, "UnderReplicated")[0].starts_ms - T0.value // 10**6 == 30_000
+
+
+def test_pending_that_clears_goes_back_to_inactive_without_firing() -> None:
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"partition_state": partitions(0, {0: 2})}, {"partition_state": partitions(10, {0: 3})})
+    assert [t.status for t in of(ts, "UnderReplicated")] == ["pending", "inactive"]
+    assert not e.state.alerts
+
+
+def test_one_under_min_isr_partition_of_a_hundred_fires_one_alert() -> None:
+    """The anchor rule set sums ISR size over a topic and almost never fires; ours is per partition."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"partition_state": partitions(0, {57: 1}, n=100)})
+    fired = of(ts, "UnderMinIsr", "firing")
+    assert [(t.labels["topic"], t.labels["partition"]) for t in fired] == [("t", "57")]
+
+
+def test_unclean_election_alert_resolves_when_the_rate_returns_to_zero() -> None:
+    """The anchor tests a cumulative counter and never clears."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"broker_metrics": controller(0)},
+             {"broker_metrics": controller(1, UncleanLeaderElectionsPerSec=1.0, UncleanLeaderElectionsPerSec_count=1)},
+             {"broker_metrics": controller(2, UncleanLeaderElectionsPerSec_count=1)})
+    assert [t.status for t in of(ts, "UncleanLeaderElection")] == ["firing", "resolved"]
+    assert not [a for a in e.state.alerts.values() if a.status == "firing"]
+
+
+def test_one_offline_partition_on_the_controller_is_one_critical_alert() -> None:
+    """Only the controller reports OfflinePartitionsCount: summed, not averaged over four reporters;
+    the partition-level PartitionOffline and UnderMinIsr alerts are inhibited (recorded, not delivered)."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"broker_metrics": controller(0, OfflinePartitionsCount=1.0),
+                 "partition_state": partitions(0, {3: 0}, leader={3: -1}, n=10)})
+    firing = [t for t in ts if t.status == "firing"]
+    delivered = [t for t in firing if not t.inhibited]
+    assert [(t.rule, t.severity, t.value) for t in delivered] == [("OfflinePartitions", "critical", 1.0)]
+    assert sorted(t.rule for t in firing if t.inhibited) == ["PartitionOffline", "UnderMinIsr"]
+
+
+def test_active_controller_count_is_summed_over_controllers() -> None:
+    e = AlertEngine(CONFIG)
+    two = pd.concat([controller(0), controller(0).iloc[[0]].assign(broker_id=3001)])
+    ts = run(e, {"broker_metrics": two})
+    assert [(t.status, t.value) for t in of(ts, "ActiveControllerCount")] == [("firing", 2.0)]
+    ts = run(e, {"broker_metrics": controller(1)})
+    assert [t.status for t in of(ts, "ActiveControllerCount")] == ["resolved"]
+
+
+def test_a_broker_that_stops_reporting_fires_after_15_seconds_and_resolves_when_it_returns() -> None:
+    e = AlertEngine(CONFIG)
+    ts = run(e, *({"broker_metrics": controller(s).query("broker_id != 2" if 5 <= s < 30 else "broker_id >= 0")}
+                  for s in range(0, 40)))
+    fired, resolved = of(ts, "BrokerNotReporting", "firing"), of(ts, "BrokerNotReporting", "resolved")
+    assert [(t.labels["broker_id"], (t.ts_ms - T0.value // 10**6) / 1000) for t in fired] == [("2", 20.0)]
+    assert [(t.ts_ms - T0.value // 10**6) / 1000 for t in resolved] == [30.0]
+
+
+def test_isr_thrash_counts_shrinks_and_expands_over_the_window() -> None:
+    e = AlertEngine(CONFIG)
+
+    def events(s: float, shrinks: int, expands: int) -> dict[str, pd.DataFrame]:
+        return {"cluster_events": pd.DataFrame([{
+            "run_id": "c1", "ts": at(s), "topic": "t", "partition": 0, "isr_shrinks": shrinks, "isr_expands": expands,
+            "elections": 0, "unclean_elections": 0, "produce_not_enough_replicas": 0, "produce_rejected": 0,
+            "truncations": 0, "records_truncated": 0}])}
+
+    ts = run(e, events(0, 1, 0), events(20, 0, 1), events(40, 1, 0))
+    assert not of(ts, "IsrThrash")
+    ts = run(e, events(60, 0, 1))
+    assert [t.status for t in of(ts, "IsrThrash")] == ["firing"]
+    # Five minutes later the window holds nothing: the cluster's clock (another source) resolves it.
+    ts = run(e, {"broker_metrics": controller(60 + 301)})
+    assert [t.status for t in of(ts, "IsrThrash")] == ["resolved"]
+
+
+def test_state_round_trip_continues_exactly_where_it_left_off() -> None:
+    """What the job stores after a batch and loads at restart gives the same transitions as never stopping."""
+    batches = [{"partition_state": partitions(s, {0: 2 if 5 <= s < 50 else 3})} for s in range(0, 60)]
+    straight = run(AlertEngine(CONFIG), *batches)
+    first = AlertEngine(CONFIG)
+    part1 = run(first, *batches[:20])
+    restored = AlertEngine(CONFIG, EngineState.from_rows(first.state.to_rows()))
+    part2 = run(restored, *batches[20:])
+    assert [(t.rule, t.status, t.ts_ms, t.fingerprint) for t in part1 + part2] == \
+           [(t.rule, t.status, t.ts_ms, t.fingerprint) for t in straight]
+    assert [t.status for t in of(straight, "UnderReplicated")] == ["pending", "firing", "resolved"]
+
+
+def test_replaying_a_batch_on_the_state_it_produced_changes_nothing() -> None:
+    e = AlertEngine(CONFIG)
+    batch = {"partition_state": partitions(1, {0: 1})}
+    assert of(e.step(batch), "UnderMinIsr", "firing")
+    assert e.step(batch) == [] and e.late > 0
+
+
+def _config(**rule: Any) -> dict[str, Any]:
+    base = {"name": "R", "source": "partition_state", "scope": "partition", "when": "isr_size < 2",
+            "severity": "critical"}
+    return {"rules": [{**base, **rule}]}
+
+
+@pytest.mark.parametrize(("rule", "message"), [
+    ({"when": "isr_sise < 2"}, "rule 'R': when: 'isr_sise < 2': UndefinedVariableError"),
+    ({"source": "metrics"}, "rule 'R': source: unknown source 'metrics'"),
+    ({"scope": "partition", "source": "broker_metrics", "when": "LeaderCount > 0"},
+     "rule 'R': scope: source 'broker_metrics' describes a broker, not a partition"),
+    ({"for": "ten seconds"}, "rule 'R': for: expected a duration"),
+    ({"severity": "page"}, "rule 'R': severity: 'page' is not one of critical, warning, info"),
+    ({"summary": "{topic} {nope}"}, "rule 'R': summary: unknown template field(s) ['nope']"),
+    ({"inhibited_by": [{"rule": "Other", "equal": ["topic"]}]}, "rule 'R': inhibited_by: unknown rule 'Other'"),
+    ({"colour": "red"}, "rule 'R': colour: unknown field"),
+])
+def test_invalid_rules_fail_naming_file_rule_and_field(rule: dict[str, Any], message: str) -> None:
+    with pytest.raises(AlertConfigError) as e:
+        parse_alert_config(_config(**rule), "conf/x.yaml")
+    assert str(e.value).startswith("conf/x.yaml: ") and message in str(e.value)
+
+
+def test_a_secret_from_a_missing_environment_variable_is_refused() -> None:
+    raw = {**_config(), "receivers": [{"name": "pager", "url": "http://127.0.0.1:1/x", "secret_env": "NOPE"}]}
+    with pytest.raises(AlertConfigError, match="receiver 'pager': secret_env: environment variable 'NOPE'"):
+        parse_alert_config(raw, "conf/x.yaml", env={})

@@ -1,0 +1,171 @@
+"""Webhook delivery against a real HTTP receiver on 127.0.0.1: Alertmanager payload, HMAC signature,
+order, a receiver down across a dispatcher restart, 5xx retried, 4xx recorded and not retried."""
+
+from __future__ import annotations
+
+import random
+import socket
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from isrwatch.delta_io import read_rows, write_once
+from isrwatch.webhook import WebhookDispatcher
+from pipelines.alert_rules import AlertConfig, Receiver
+from pipelines.alertmanager import SIGNATURE_HEADER, verify
+from schemas.gold import ALERT_EVENTS, DELIVERIES
+from tests.alerts.receiver import Receiver as HttpReceiver
+from tests.alerts.test_engine import CONFIG
+
+SECRET = "s3cret"
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def events(n: int, batch: int = 0) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        status = "firing" if i % 2 == 0 else "resolved"
+        labels = {"alertname": "UnderMinIsr", "severity": "critical", "cluster": "c1", "topic": "t",
+                  "partition": str(i // 2)}
+        out.append({
+            "event_id": f"{batch}-{i}", "eval_batch_id": batch, "seq": i, "status": status,
+            "previous_status": "inactive" if status == "firing" else "firing", "ts": T0 + timedelta(seconds=i),
+            "rule": "UnderMinIsr", "fingerprint": f"fp{i // 2}", "cluster": "c1", "severity": "critical",
+            "scope": "partition", "labels": sorted(labels.items()), "summary": f"t-{i // 2}: ISR 1 below 2",
+            "description": "", "runbook": "bring replicas back", "value": 1.0, "inhibited": False,
+            "starts_at": T0 + timedelta(seconds=i - i % 2), "ends_at": T0 + timedelta(seconds=i) if i % 2 else None,
+            "evaluated_at": T0,
+        })
+    return out
+
+
+def store(lake: str, rows: list[dict[str, Any]], batch: int) -> None:
+    write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(rows, schema=ALERT_EVENTS.arrow_schema), "test", batch)
+
+
+def dispatcher(lake: str, url: str, **receiver: Any) -> WebhookDispatcher:
+    r = Receiver("hook", url, secret=SECRET, timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.2,
+                 **receiver)
+    config = AlertConfig(CONFIG.rules, (r,), external_url="http://isrwatch.example")
+    return WebhookDispatcher(config, lake, flush_every_s=0.1, rng=random.Random(1))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def receiver() -> Any:
+    r = HttpReceiver().start()
+    yield r
+    r.stop()
+
+
+def deliveries(lake: str) -> list[dict[str, Any]]:
+    return sorted(read_rows(DELIVERIES, lake).to_pylist(), key=lambda d: (d["attempted_at"], d["attempt"]))
+
+
+def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver: HttpReceiver) -> None:
+    lake = str(tmp_path)
+    rows = events(6)
+    store(lake, rows, 0)
+    d = dispatcher(lake, receiver.url).start()   # recovery finds the six undelivered transitions
+    try:
+        assert d.wait_idle(20)
+    finally:
+        d.stop()
+    got = receiver.delivered()
+    assert [r["headers"]["X-Isrwatch-Delivery"] for r in got] == [f"0-{i}@hook" for i in range(6)]
+    assert all(verify(r["body"], SECRET, r["headers"][SIGNATURE_HEADER]) for r in got)
+    assert not verify(got[0]["body"] + b" ", SECRET, got[0]["headers"][SIGNATURE_HEADER])
+    first, second = got[0]["json"], got[1]["json"]
+    assert set(first) == {"version", "groupKey", "truncatedAlerts", "status", "receiver", "groupLabels",
+                          "commonLabels", "commonAnnotations", "externalURL", "alerts"}
+    assert (first["version"], first["status"], first["receiver"]) == ("4", "firing", "hook")
+    alert = first["alerts"][0]
+    assert alert["labels"] == {"alertname": "UnderMinIsr", "cluster": "c1", "partition": "0",
+                               "severity": "critical", "topic": "t"}
+    assert alert["annotations"] == {"summary": "t-0: ISR 1 below 2", "runbook": "bring replicas back"}
+    assert (alert["startsAt"], alert["endsAt"]) == ("2026-01-01T00:00:00.000Z", "0001-01-01T00:00:00Z")
+    assert alert["fingerprint"] == "fp0" and alert["generatorURL"] == "http://isrwatch.example/alerts/fp0"
+    assert second["status"] == "resolved" and second["alerts"][0]["endsAt"] == "2026-01-01T00:00:01.000Z"
+    assert [(r["event_id"], r["attempt"], r["outcome"], r["http_status"]) for r in deliveries(lake)] == \
+           [(f"0-{i}", 1, "delivered", 200) for i in range(6)]
+
+
+def test_receiver_down_across_a_restart_loses_nothing(tmp_path: Path) -> None:
+    lake, port = str(tmp_path), free_port()
+    url = f"http://127.0.0.1:{port}/alerts"
+    first = dispatcher(lake, url).start()
+    rows = events(4)
+    store(lake, rows, 0)
+    first.submit(rows)
+    first.wait_idle(1.5)            # nothing listens: every attempt is refused and retried
+    first.stop()
+    refused = deliveries(lake)
+    assert refused and {r["outcome"] for r in refused} == {"retry"} and {r["event_id"] for r in refused} == {"0-0"}
+    receiver = HttpReceiver(port).start()
+    try:
+        more = events(2, batch=1)
+        store(lake, more, 1)
+        second = dispatcher(lake, url).start()  # recovers all six from gold.alert_events
+        try:
+            assert second.wait_idle(20)
+        finally:
+            second.stop()
+        got = [r["headers"]["X-Isrwatch-Delivery"] for r in receiver.delivered()]
+        assert got == [f"0-{i}@hook" for i in range(4)] + [f"1-{i}@hook" for i in range(2)]
+        final = [r for r in deliveries(lake) if r["outcome"] == "delivered"]
+        assert len(final) == 6 and final[0]["attempt"] == max(r["attempt"] for r in refused) + 1
+    finally:
+        receiver.stop()
+
+
+def test_5xx_is_retried_and_4xx_is_recorded_not_retried(tmp_path: Path, receiver: HttpReceiver) -> None:
+    lake = str(tmp_path)
+    receiver.answers = [500, 503, 200, 400]
+    rows = events(3)
+    store(lake, rows, 0)
+    d = dispatcher(lake, receiver.url).start()
+    try:
+        assert d.wait_idle(20)
+    finally:
+        d.stop()
+    assert [(r["event_id"], r["attempt"], r["outcome"], r["http_status"]) for r in deliveries(lake)] == [
+        ("0-0", 1, "retry", 500), ("0-0", 2, "retry", 503), ("0-0", 3, "delivered", 200),
+        ("0-1", 1, "rejected", 400), ("0-2", 1, "delivered", 200)]
+    assert len(receiver.requests) == 5
+    retry = deliveries(lake)[0]
+    assert retry["next_attempt_at"] is not None and retry["error"] == "HTTP 500 Internal Server Error"
+
+
+def test_gives_up_after_max_attempts(tmp_path: Path, receiver: HttpReceiver) -> None:
+    lake = str(tmp_path)
+    receiver.answers = [500, 500, 500]
+    store(lake, events(1), 0)
+    d = dispatcher(lake, receiver.url, max_attempts=3).start()
+    try:
+        assert d.wait_idle(20)
+    finally:
+        d.stop()
+    assert [r["outcome"] for r in deliveries(lake)] == ["retry", "retry", "gave_up"]
+
+
+def test_unsigned_without_a_secret_and_routing_by_severity(tmp_path: Path, receiver: HttpReceiver) -> None:
+    lake = str(tmp_path)
+    rows = events(2)
+    rows[1] = {**rows[1], "severity": "info"}
+    store(lake, rows, 0)
+    r = Receiver("hook", receiver.url, severities=("critical",), timeout_s=2)
+    d = WebhookDispatcher(AlertConfig(CONFIG.rules, (r,)), lake, flush_every_s=0.1).start()
+    try:
+        assert d.wait_idle(20)
+    finally:
+        d.stop()
+    got = receiver.delivered()
+    assert len(got) == 1 and SIGNATURE_HEADER not in got[0]["headers"]
