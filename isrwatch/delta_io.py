@@ -43,25 +43,24 @@ def write_once(td: TableDef, lakehouse: str, rows: pa.Table, app_id: str, versio
     """Append (or overwrite) `rows` unless `app_id` already committed `version`; True when written."""
     if committed_version(td, lakehouse, app_id) >= version:
         return False
-    path = td.path(lakehouse)
-    if "://" not in path:
-        os.makedirs(path, exist_ok=True)
-    write_deltalake(path, rows.cast(td.arrow_schema), mode=mode,
+    write_deltalake(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
                     commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
     return True
 
 
 def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:
-    path = td.path(lakehouse)
-    if "://" not in path:
-        os.makedirs(path, exist_ok=True)
-    write_deltalake(path, rows.cast(td.arrow_schema), mode="append")
+    write_deltalake(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode="append")
 
 
 def ensure_table(td: TableDef, lakehouse: str) -> None:
     """Create an empty table so readers (SQL, the API) find it before the first row arrives."""
     if open_table(td, lakehouse) is None:
-        path = td.path(lakehouse)
-        if "://" not in path:
-            os.makedirs(path, exist_ok=True)
-        write_deltalake(path, td.arrow_schema.empty_table(), mode="append")
+        write_deltalake(_local_dir(td, lakehouse), td.arrow_schema.empty_table(), mode="append")
+
+
+def _local_dir(td: TableDef, lakehouse: str) -> str:
+    """The table's location, created first when it is a local path (delta-rs does not create parents)."""
+    path = td.path(lakehouse)
+    if "://" not in path:
+        os.makedirs(path, exist_ok=True)
+    return path

@@ -121,5 +121,16 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
     return settings
 
 
+def parse_spark_conf(items: list[str]) -> dict[str, str]:
+    """`--conf KEY=VALUE` arguments as a dict; a malformed one is a SettingsError naming it."""
+    conf: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingsError(f"--conf: expected KEY=VALUE, got {item!r}")
+        conf[key] = value
+    return conf
+
+
 def _absolute(root: str) -> str:
     return root if "://" in root else str(Path(root).resolve())

@@ -38,8 +38,9 @@ from pyspark.sql.streaming import StreamingQuery
 
 from isrwatch.alert_config import load_alert_config
 from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
-from isrwatch.settings import PipelineSettings, SettingsError, load_settings
+from isrwatch.settings import PipelineSettings, SettingsError, load_settings, parse_spark_conf
 from isrwatch.webhook import WebhookDispatcher
+from jobs.validate import wait_for_tables
 from pipelines.alert_engine import AlertEngine, EngineState, Transition
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.alert_signals import SOURCES
@@ -176,25 +177,15 @@ class RunningAlerts:
             self.dispatcher.stop()
 
 
-def _silver_exists(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
-
-
 def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertConfig | None = None,
                  log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningAlerts:
     """Load rules and engine state, start the webhook lanes, then the streaming query."""
     a, lake = settings.alerts, settings.lakehouse
     config = config or load_alert_config(a.rules)
     tables = sorted({SOURCES[r.source].table for r in config.rules})
+    # The validate job creates the silver tables: wait for them as validate waits for bronze.
+    wait_for_tables(spark, {f"silver.{t}": SILVER_TABLES[t].path(lake) for t in tables}, a.wait_for_tables_seconds, log)
     paths = {t: SILVER_TABLES[t].path(lake) for t in tables}
-    deadline = time.monotonic() + a.wait_for_tables_seconds
-    while missing := [t for t, p in paths.items() if not _silver_exists(spark, p)]:
-        if time.monotonic() >= deadline:
-            raise FileNotFoundError("silver tables not found (run the validate job first): "
-                                    + ", ".join(f"{t} ({paths[t]})" for t in missing))
-        time.sleep(0.5)
     for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
         ensure_table(td, lake)
     state = EngineState.from_rows(read_rows(ALERTS_STATE, lake).to_pylist())
@@ -241,11 +232,7 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
         "alerts.webhooks": False if args.no_webhooks else None,
         "alerts.max_files_per_trigger": args.max_files_per_trigger,
     })
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SettingsError(f"--conf: expected KEY=VALUE, got {item!r}")
-        settings.spark[key] = value
+    settings.spark.update(parse_spark_conf(args.conf))
     return settings
 
 

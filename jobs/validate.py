@@ -33,7 +33,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings
+from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
 from pipelines.context import METER_KEY, with_previous_count, with_run_window, with_topic
 from pipelines.expectations import FAILURES, failure_counts, with_failures
 from pipelines.great_expectations_check import SuiteValidator
@@ -79,10 +79,10 @@ def wait_for_tables(spark: SparkSession, paths: dict[str, str], timeout_s: float
     deadline = time.monotonic() + timeout_s
     missing = [n for n, p in paths.items() if not _is_delta_table(spark, p)]
     if missing:
-        log(f"waiting up to {timeout_s:.0f} s for bronze tables: {', '.join(missing)}")
+        log(f"waiting up to {timeout_s:.0f} s for tables: {', '.join(missing)}")
     while missing:
         if time.monotonic() >= deadline:
-            raise FileNotFoundError(f"bronze tables not found after {timeout_s:.0f} s: "
+            raise FileNotFoundError(f"tables not found after {timeout_s:.0f} s: "
                                     + ", ".join(f"{n} ({paths[n]})" for n in missing))
         time.sleep(0.5)
         missing = [n for n in missing if not _is_delta_table(spark, paths[n])]
@@ -303,12 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
-    spark_conf: dict[str, str] = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SettingsError(f"--conf: expected KEY=VALUE, got {item!r}")
-        spark_conf[key] = value
+    spark_conf = parse_spark_conf(args.conf)
     settings = load_settings(args.config, {
         "lakehouse": args.lakehouse, "checkpoints": args.checkpoints,
         "validate.tables": args.tables.split(",") if args.tables else None,

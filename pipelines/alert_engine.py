@@ -161,7 +161,7 @@ class AlertEngine:
         if frame is not None and len(frame):
             missing = [c for c in SOURCES[rule.source].columns if c not in frame.columns]
             frame = frame.assign(ts=frame["ts"].map(to_ms), **dict.fromkeys(missing, np.nan))
-            if set(frame.columns) - set(keys) and rule.scope != _grain_of(frame, rule):
+            if rule.scope != SOURCES[rule.source].grain:  # a coarser scope: aggregate over its entities
                 numeric = [c for c in frame.columns if c not in keys and c not in ("topic", "partition", "broker_id")]
                 frame = frame.groupby(keys, as_index=False, sort=True)[numeric].agg(rule.aggregate)
         if rule.window_ms:
@@ -342,16 +342,6 @@ def _entity_keys(samples: pd.DataFrame, keys: tuple[str, ...]) -> pd.Series:
 
 def _typed(key: str, text: str) -> Any:
     return int(text) if key in ("partition", "broker_id") else text
-
-
-def _grain_of(frame: pd.DataFrame, rule: Rule) -> str:
-    if "partition" in frame.columns:
-        return "partition"
-    if "broker_id" in frame.columns:
-        return "broker"
-    if "topic" in frame.columns:
-        return "topic"
-    return "cluster"
 
 
 def _clocks(frames: dict[str, pd.DataFrame]) -> dict[str, int]:
