@@ -38,11 +38,17 @@ class Logs:
     def append_leader(self, p: int, s: int, records: int) -> None:
         """The leader appends `records` in its current epoch."""
         t = self.t
-        now = self.sim.clock.now_ms
         leo = int(t.leo[p, s])
         if not t.epoch_caches[p][s] or t.epoch_caches[p][s][-1][0] < t.known_epoch[p, s]:
             t.assign_epoch(p, s, int(t.known_epoch[p, s]), leo)
-        # The same rules as append(), with Python scalars: one partition needs no vector.
+        self.append_one(p, s, records)
+        t.leo[p, s] = leo + records
+
+    def append_one(self, p: int, s: int, records: int) -> None:
+        """The rules of append() for one (p, s), with Python scalars: one replica needs no vector."""
+        t = self.t
+        now = self.sim.clock.now_ms
+        leo = int(t.leo[p, s])
         add = records * int(t.record_bytes[p])
         seg_bytes = int(t.seg_bytes[p, s])
         if seg_bytes > 0 and (seg_bytes + add > self.segment_bytes[p]
@@ -52,24 +58,27 @@ class Logs:
         if leo + records - int(t.flushed[p, s]) >= self.flush_messages[p]:
             t.flushed[p, s] = leo + records
             t.last_flush_ms[p, s] = now
-        t.leo[p, s] = leo + records
 
-    def append(self, ps: np.ndarray, ss: np.ndarray, records: np.ndarray) -> None:
-        """Account `records` appended at each (p, s)'s current LEO (the caller moves the LEO)."""
-        t, now = self.t, self.sim.clock.now_ms
+    def append(self, ps: np.ndarray, ss: np.ndarray, fs: np.ndarray, records: np.ndarray) -> None:
+        """Account `records` appended at each (p, s)'s current LEO (the caller moves the LEO).
+
+        `fs` is the flat index of each (p, s) (`PartitionTable.flat_index`).
+        """
+        t, flat, now = self.t, self.t.flat, self.sim.clock.now_ms
         add = records * t.record_bytes[ps]
-        roll = (t.seg_bytes[ps, ss] > 0) & (
-            (t.seg_bytes[ps, ss] + add > self.segment_bytes[ps])
-            | (now - t.seg_created_ms[ps, ss] >= self.segment_ms[ps]))
-        for i in np.flatnonzero(roll).tolist():
-            self._roll(int(ps[i]), int(ss[i]))
-        t.seg_bytes[ps, ss] += add
+        seg_bytes = flat.seg_bytes[fs]
+        roll = (seg_bytes > 0) & ((seg_bytes + add > self.segment_bytes[ps])
+                                  | (now - flat.seg_created_ms[fs] >= self.segment_ms[ps]))
+        if np.count_nonzero(roll):
+            for i in np.flatnonzero(roll).tolist():
+                self._roll(int(ps[i]), int(ss[i]))
+        flat.seg_bytes[fs] += add
         # flush.messages: force a flush once this many unflushed records accumulate.
-        new_leo = t.leo[ps, ss] + records
-        force = new_leo - t.flushed[ps, ss] >= self.flush_messages[ps]
-        if force.any():
-            t.flushed[ps[force], ss[force]] = new_leo[force]
-            t.last_flush_ms[ps[force], ss[force]] = now
+        new_leo = flat.leo[fs] + records
+        force = new_leo - flat.flushed[fs] >= self.flush_messages[ps]
+        if np.count_nonzero(force):
+            flat.flushed[fs[force]] = new_leo[force]
+            flat.last_flush_ms[fs[force]] = now
 
     def _roll(self, p: int, s: int) -> None:
         t, now = self.t, self.sim.clock.now_ms

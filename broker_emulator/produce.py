@@ -143,14 +143,14 @@ class Produce:
             else:
                 for b in batches:
                     self._retry_later(b, None)
-        touched: list[np.ndarray] = []
+        touched: set[int] = set()
         for leader in sorted(appended_by_leader):
             if appended_by_leader[leader]:
-                ps = np.unique(np.asarray(appended_by_leader[leader], np.int64))
-                sim.replication.data_appended(leader, ps)
-                touched.append(ps)
+                ps = sorted(set(appended_by_leader[leader]))
+                sim.replication.data_appended(leader, np.asarray(ps, np.int64))
+                touched.update(ps)
         if touched:
-            sim.replication.advance_hw(np.unique(np.concatenate(touched)))
+            sim.replication.advance_hw(np.asarray(sorted(touched), np.int64))
 
     def _append(self, leader: int, batches: list[Batch]) -> list[int]:
         sim, t = self.sim, self.t
@@ -163,7 +163,7 @@ class Produce:
                 continue
             if spec.acks == -1:
                 eff_min = int(min(t.configured_min_isr[b.p], t.rf[b.p]))
-                if int(t.leader_isr[b.p].sum()) < eff_min:
+                if np.count_nonzero(t.leader_isr[b.p]) < eff_min:
                     self._error(leader, b, NOT_ENOUGH_REPLICAS)
                     continue
             base = int(t.leo[b.p, s])
@@ -204,7 +204,7 @@ class Produce:
             if t.known_leader[p, s] != e.leader or t.known_epoch[p, s] != e.epoch:
                 self._error(e.leader, e.batch, NOT_LEADER_OR_FOLLOWER)
             elif t.hw[p, s] >= e.required_offset:
-                maximal = int((t.leader_isr[p] | t.pending_add[p]).sum())
+                maximal = np.count_nonzero(t.leader_isr[p] | t.pending_add[p])
                 eff_min = int(min(t.configured_min_isr[p], t.rf[p]))
                 if maximal >= eff_min:
                     sim.ledger.acked(p, -1, e.base_offset, e.required_offset, e.epoch)

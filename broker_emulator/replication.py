@@ -5,21 +5,49 @@ Kafka's replica fetcher threads do. A request is processed at the leader (update
 lastCaughtUpTimeMs, ISR expansion, HW), long-polls up to replica.fetch.wait.max.ms when there is no
 data, and its response is applied at the follower. All requests (or responses) due in the same
 millisecond are processed as one vector.
+
+A session holds a few to a few hundred partitions, so NumPy's per-call overhead, not the element
+work, is the cost: the vector steps gather [partition, slot] state through the table's flat views
+with precomputed flat indices and test masks with `np.count_nonzero` (a third of `ndarray.any()`),
+and batches of a few entries (steady state) go to the entry-by-entry twins in `fetch_entries`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from broker_emulator.fetch_entries import (
+    SMALL_BATCH,
+    advance_hw_entries,
+    apply_entries,
+    distinct_small,
+    respond_entries,
+    track_entries,
+)
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
     from broker_emulator.simulation import Simulation
 
 I64_MAX = np.iinfo(np.int64).max
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """np.unique for the few values of one fetch or produce: a Python set is several times cheaper."""
+    return np.asarray(sorted(set(values.tolist())), np.int64)
+
+
+class SessionMembers(NamedTuple):
+    """The partitions one follower fetches from one leader, with their slots and flat indices."""
+
+    ps: np.ndarray        # partition indices
+    ss: np.ndarray        # follower slots
+    ls: np.ndarray        # leader slots
+    fs: np.ndarray        # flat index of (partition, follower slot)
+    fl: np.ndarray        # flat index of (partition, leader slot)
 
 
 @dataclass
@@ -29,6 +57,8 @@ class FetchRequest:
     ps: np.ndarray        # partition indices
     ss: np.ndarray        # follower slots
     ls: np.ndarray        # leader slots
+    fs: np.ndarray        # flat index of (partition, follower slot)
+    fl: np.ndarray        # flat index of (partition, leader slot)
     offsets: np.ndarray   # fetch offsets (follower LEO when sent)
     epochs: np.ndarray    # follower's known leader epoch per partition
     request_id: int
@@ -49,15 +79,18 @@ class Replication:
         self.t = sim.table
         self.busy: dict[tuple[int, int], bool] = {}
         self.parked: dict[tuple[int, int], FetchRequest] = {}
-        self._sessions: dict[int, dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
+        self._sessions: dict[int, dict[int, SessionMembers]] = {}
         self._broker_replicas: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._request_ids = 0
         self.session_fetch_ms: dict[tuple[int, int], int] = {}
+        # Per partition: the most records one fetch response carries (replica.fetch.max.bytes, at least one).
+        self.max_fetch_records = np.ones(0, np.int64)
 
     # --- session membership ---------------------------------------------------------------------
     def topology_changed(self) -> None:
         self._broker_replicas.clear()
         self._sessions.clear()
+        self.max_fetch_records = np.maximum(self.sim.cfg.replica_fetch_max_bytes // self.t.record_bytes, 1)
 
     def view_changed(self, broker_id: int) -> None:
         self._sessions.pop(broker_id, None)
@@ -69,8 +102,8 @@ class Replication:
             self._broker_replicas[broker_id] = (ps.astype(np.int64), ss.astype(np.int64))
         return self._broker_replicas[broker_id]
 
-    def sessions_of(self, follower: int) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Leader broker -> (partitions, follower slots, leader slots) that `follower` fetches from it."""
+    def sessions_of(self, follower: int) -> dict[int, SessionMembers]:
+        """Leader broker -> the partitions (with slots) that `follower` fetches from it."""
         cached = self._sessions.get(follower)
         if cached is None:
             ps, ss = self._replicas_of(follower)
@@ -80,8 +113,10 @@ class Replication:
                 if leader in (NO_BROKER, follower):
                     continue
                 sel = leaders == leader
-                lps = ps[sel]
-                cached[int(leader)] = (lps, ss[sel], np.argmax(self.t.replicas[lps] == leader, axis=1))
+                lps, lss = ps[sel], ss[sel]
+                lls = np.argmax(self.t.replicas[lps] == leader, axis=1).astype(np.int64)
+                cached[int(leader)] = SessionMembers(lps, lss, lls, self.t.flat_index(lps, lss),
+                                                     self.t.flat_index(lps, lls))
             self._sessions[follower] = cached
         return cached
 
@@ -104,18 +139,20 @@ class Replication:
         if members is None or len(members[0]) == 0:
             self.busy[key] = False
             return
-        ps, ss, ls = members
-        include = t.fetch_dirty[ps, ss] | ~t.isr[ps, ss]
-        if not include.all():
-            ps, ss, ls = ps[include], ss[include], ls[include]
         if not sim.network.reachable(follower, leader) or not sim.brokers.accepts_requests(leader):
             sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send", key)
             return
-        trunc = t.needs_truncation[ps, ss]
-        if trunc.any():
+        flat = t.flat
+        fs = members.fs
+        include = flat.fetch_dirty[fs] | ~flat.isr[fs]
+        ps, ss, ls = members.ps[include], members.ss[include], members.ls[include]
+        fs, fl = members.fs[include], members.fl[include]
+        trunc = flat.needs_truncation[fs]
+        if np.count_nonzero(trunc):
             self._truncate_before_fetch(ps[trunc], ss[trunc], leader)
         self._request_ids += 1
-        req = FetchRequest(follower, leader, ps, ss, ls, t.leo[ps, ss].copy(), t.known_epoch[ps, ss].copy(),
+        # Fancy indexing copies: the request keeps the offsets and epochs as of sending.
+        req = FetchRequest(follower, leader, ps, ss, ls, fs, fl, flat.leo[fs], flat.known_epoch[fs],
                            self._request_ids)
         sim.queue.schedule(sim.clock.now_ms + sim.cfg.network_latency_ms, "fetch_leader", req)
 
@@ -155,8 +192,9 @@ class Replication:
         for req in live:
             self.session_fetch_ms[(req.follower, req.leader)] = now
         self._track(live)
+        leo = t.flat.leo
         for req in live:
-            if len(req.ps) == 0 or not (t.leo[req.ps, req.ls] > req.offsets).any():
+            if not np.count_nonzero(leo[req.fl] > req.offsets):  # no new data (or an empty request): long-poll
                 self.parked[(req.follower, req.leader)] = req
                 sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_wait_max_ms, "fetch_wake",
                                    (req.follower, req.leader, req.request_id))
@@ -165,68 +203,79 @@ class Replication:
 
     def _track(self, requests: list[FetchRequest]) -> None:
         """Update the leader's view of the followers, lastCaughtUpTimeMs, ISR expansion and the HW."""
+        if distinct_small([f for r in requests for f in r.fs.tolist()]):
+            track_entries(self, requests)
+            return
         sim, t = self.sim, self.t
+        flat = t.flat
         now = sim.clock.now_ms
         if len(requests) == 1:
             r = requests[0]
-            ps, ss, ls, off, epochs = r.ps, r.ss, r.ls, r.offsets, r.epochs
+            ps, ss, fs, fl, off, epochs = r.ps, r.ss, r.fs, r.fl, r.offsets, r.epochs
             leaders: np.ndarray | int = r.leader
         else:
             ps = np.concatenate([r.ps for r in requests])
             ss = np.concatenate([r.ss for r in requests])
-            ls = np.concatenate([r.ls for r in requests])
+            fs = np.concatenate([r.fs for r in requests])
+            fl = np.concatenate([r.fl for r in requests])
             off = np.concatenate([r.offsets for r in requests])
             epochs = np.concatenate([r.epochs for r in requests])
             leaders = np.concatenate([np.full(len(r.ps), r.leader, np.int32) for r in requests])
-        current = ((t.known_leader[ps, ls] == leaders) & (t.known_epoch[ps, ls] == epochs)
+        current = ((flat.known_leader[fl] == leaders) & (flat.known_epoch[fl] == epochs)
                    & (t.leader[ps] == leaders) & (t.leader_epoch[ps] == epochs))
-        if not current.all():
-            ps, ss, ls, off = ps[current], ss[current], ls[current], off[current]
+        if np.count_nonzero(current) != len(current):
+            ps, ss, fs, fl, off = ps[current], ss[current], fs[current], fl[current], off[current]
         if len(ps) == 0:
             return
-        leader_leo = t.leo[ps, ls]
+        leader_leo = flat.leo[fl]
         caught_now = off >= leader_leo
-        caught_prev = ~caught_now & (off >= t.last_fetch_leader_leo[ps, ss])
-        t.last_caught_up_ms[ps, ss] = np.where(caught_now, now,
-                                               np.where(caught_prev, t.last_fetch_ms[ps, ss],
-                                                        t.last_caught_up_ms[ps, ss]))
-        t.last_fetch_leader_leo[ps, ss] = leader_leo
-        t.last_fetch_ms[ps, ss] = now
-        t.seen_leo[ps, ss] = off
+        caught_prev = ~caught_now & (off >= flat.last_fetch_leader_leo[fs])
+        flat.last_caught_up_ms[fs] = np.where(caught_now, now,
+                                              np.where(caught_prev, flat.last_fetch_ms[fs],
+                                                       flat.last_caught_up_ms[fs]))
+        flat.last_fetch_leader_leo[fs] = leader_leo
+        flat.last_fetch_ms[fs] = now
+        flat.seen_leo[fs] = off
         # ISR expansion: not in the maximal ISR, caught up to HW and to the epoch start, leader recovered.
-        candidates = (~(t.leader_isr[ps, ss] | t.pending_add[ps, ss]) & (off >= t.hw[ps, ls])
+        candidates = (~(flat.leader_isr[fs] | flat.pending_add[fs]) & (off >= flat.hw[fl])
                       & (off >= t.epoch_start_offset[ps]) & ~t.alter_inflight[ps] & (t.recovery_state[ps] == 0))
-        if candidates.any():
+        if np.count_nonzero(candidates):
             for p, s in zip(ps[candidates].tolist(), ss[candidates].tolist(), strict=True):
                 if sim.controller.broker_eligible_for_isr(int(t.replicas[p, s])) and not t.alter_inflight[p]:
                     sim.controller.request_isr_change(p, add_slot=s)
         # Only partitions whose follower moved can have a higher HW now.
-        moved = off > t.hw[ps, ls]
-        if moved.any():
-            self.advance_hw(np.unique(ps[moved]))
+        moved = off > flat.hw[fl]
+        if np.count_nonzero(moved):
+            self.advance_hw(sorted_unique(ps[moved]))
 
     def advance_hw(self, ps: np.ndarray) -> None:
-        """maybeIncrementLeaderHW: min LEO over the maximal ISR, frozen while under effective min ISR."""
+        """maybeIncrementLeaderHW: min LEO over the maximal ISR, frozen while under effective min ISR.
+
+        `ps` are distinct partitions.
+        """
         sim, t = self.sim, self.t
-        if len(ps) == 0:
+        if len(ps) <= SMALL_BATCH:
+            advance_hw_entries(self, ps.tolist())
             return
         leader = t.leader[ps]
         ok = leader != NO_BROKER
-        ps = ps[ok]
-        if len(ps) == 0:
-            return
-        ls = np.argmax(t.replicas[ps] == t.leader[ps][:, None], axis=1)
-        in_max = t.leader_isr[ps] | t.pending_add[ps]
-        rows = np.arange(len(ps))
-        seen = t.seen_leo[ps].copy()
-        seen[rows, ls] = t.leo[ps, ls]
+        if np.count_nonzero(ok) != len(ok):
+            ps, leader = ps[ok], leader[ok]
+            if len(ps) == 0:
+                return
+        ls = np.argmax(t.replicas[ps] == leader[:, None], axis=1)
+        fl = t.flat_index(ps, ls)
+        leader_isr = t.leader_isr[ps]
+        in_max = leader_isr | t.pending_add[ps]
+        seen = t.seen_leo[ps]  # a copy (fancy indexing): the leader's own entry becomes its LEO
+        seen[np.arange(len(ps)), ls] = t.flat.leo[fl]
         candidate = np.where(in_max, seen, I64_MAX).min(axis=1)
-        isr_size = t.leader_isr[ps].sum(axis=1)
+        isr_size = leader_isr.sum(axis=1)
         eff_min = np.minimum(t.configured_min_isr[ps], t.rf[ps])
-        old = t.hw[ps, ls]
+        old = t.flat.hw[fl]
         move = (isr_size >= eff_min) & (candidate > old) & (candidate != I64_MAX)
-        if move.any():
-            t.hw[ps[move], ls[move]] = candidate[move]
+        if np.count_nonzero(move):
+            t.flat.hw[fl[move]] = candidate[move]
             t.fetch_dirty[ps[move]] = True
             sim.produce.hw_advanced(ps[move])
 
@@ -250,11 +299,13 @@ class Replication:
         fetch session knows every partition of the session, not only those in the request).
         """
         t = self.t
-        reps = t.replicas[ps]
-        for i, p in enumerate(ps.tolist()):
-            for s in range(int(t.rf[p])):
-                f = int(reps[i, s])
-                if f == leader or t.fetch_dirty[p, s]:
+        followers: set[int] = set()
+        for p in ps.tolist():
+            for s, f in enumerate(t.assignment[p]):
+                if f == leader:
+                    continue
+                followers.add(f)
+                if t.fetch_dirty[p, s]:
                     continue
                 fetched = self.session_fetch_ms.get((f, leader))
                 if fetched is not None and fetched > t.last_fetch_ms[p, s]:
@@ -264,9 +315,7 @@ class Replication:
         t.fetch_dirty[ps] = True
         if not self.parked:
             return
-        for f in np.unique(reps).tolist():
-            if f in (NO_BROKER, leader):
-                continue
+        for f in sorted(followers):
             req = self.parked.get((f, leader))
             if req is not None:
                 self._add_to_request(req, ps)
@@ -284,31 +333,38 @@ class Replication:
                 add.append((p, reps.index(req.follower), reps.index(req.leader)))
         if not add:
             return
-        add_ps = np.fromiter((a[0] for a in add), np.int64, len(add))
-        slots = np.fromiter((a[1] for a in add), np.int64, len(add))
-        req.ps = np.concatenate([req.ps, add_ps])
-        req.ss = np.concatenate([req.ss, slots])
-        req.ls = np.concatenate([req.ls, np.fromiter((a[2] for a in add), np.int64, len(add))])
-        req.offsets = np.concatenate([req.offsets, t.leo[add_ps, slots]])
-        req.epochs = np.concatenate([req.epochs, t.known_epoch[add_ps, slots]])
+        r = t.max_rf
+        add_fs = [p * r + s for p, s, _ in add]  # flat indices, as PartitionTable.flat_index
+        req.ps = np.concatenate([req.ps, [p for p, _, _ in add]])
+        req.ss = np.concatenate([req.ss, [s for _, s, _ in add]])
+        req.ls = np.concatenate([req.ls, [ls for _, _, ls in add]])
+        req.fs = np.concatenate([req.fs, add_fs])
+        req.fl = np.concatenate([req.fl, [p * r + ls for p, _, ls in add]])
+        req.offsets = np.concatenate([req.offsets, t.flat.leo[add_fs]])
+        req.epochs = np.concatenate([req.epochs, t.flat.known_epoch[add_fs]])
 
     def respond(self, req: FetchRequest) -> None:
         sim, t = self.sim, self.t
         self.parked.pop((req.follower, req.leader), None)
-        ps, ls = req.ps, req.ls
-        keep = (t.known_leader[ps, ls] == req.leader) & (t.known_epoch[ps, ls] == req.epochs)
-        max_records = np.maximum(sim.cfg.replica_fetch_max_bytes // t.record_bytes[ps], 1)
-        ends = np.where(keep, np.minimum(t.leo[ps, ls], req.offsets + max_records), req.offsets)
-        ends = np.maximum(ends, req.offsets)
-        settled = keep & (ends == req.offsets) & (req.offsets >= t.leo[ps, ls]) & ~t.needs_truncation[ps, req.ss]
-        t.fetch_dirty[ps[settled], req.ss[settled]] = False
-        resp = FetchResponse(req, keep, ends, t.hw[ps, ls].copy(), t.log_start[ps, ls].copy())
         delay = sim.cfg.network_latency_ms + sim.brokers.fetch_delay_ms(req.follower)
+        if len(req.fl) <= SMALL_BATCH:
+            resp = FetchResponse(req, *respond_entries(self, req))
+            sim.queue.schedule(sim.clock.now_ms + delay, "fetch_apply", resp)
+            return
+        flat, fl, offsets = t.flat, req.fl, req.offsets
+        keep = (flat.known_leader[fl] == req.leader) & (flat.known_epoch[fl] == req.epochs)
+        leader_leo = flat.leo[fl]
+        ends = np.where(keep, np.minimum(leader_leo, offsets + self.max_fetch_records[req.ps]), offsets)
+        ends = np.maximum(ends, offsets)
+        settled = keep & (ends == offsets) & (offsets >= leader_leo) & ~flat.needs_truncation[req.fs]
+        flat.fetch_dirty[req.fs[settled]] = False
+        # Fancy indexing copies: the response carries the HW and log start as of now.
+        resp = FetchResponse(req, keep, ends, flat.hw[fl], flat.log_start[fl])
         sim.queue.schedule(sim.clock.now_ms + delay, "fetch_apply", resp)
 
     # --- follower side: apply ----------------------------------------------------------------------
     def at_follower(self, responses: list[FetchResponse]) -> None:
-        sim, t = self.sim, self.t
+        sim = self.sim
         live: list[FetchResponse] = []
         for resp in responses:
             req = resp.request
@@ -320,15 +376,26 @@ class Replication:
                 self.busy[(req.follower, req.leader)] = False
         if not live:
             return
+        if distinct_small([f for x in live for f in x.request.fs.tolist()]):
+            apply_entries(self, live)
+        else:
+            self._apply_vector(live)
+        for resp in live:
+            self.send((resp.request.follower, resp.request.leader))
+
+    def _apply_vector(self, live: list[FetchResponse]) -> None:
+        sim, t = self.sim, self.t
+        flat = t.flat
         if len(live) == 1:
             r = live[0].request
-            ps, ss, ls, start, epochs = r.ps, r.ss, r.ls, r.offsets, r.epochs
+            ps, ss, ls, fs, start, epochs = r.ps, r.ss, r.ls, r.fs, r.offsets, r.epochs
             leaders: np.ndarray | int = r.leader
             keep, ends, lhw, lstart = live[0].keep, live[0].ends, live[0].leader_hw, live[0].leader_log_start
         else:
             ps = np.concatenate([x.request.ps for x in live])
             ss = np.concatenate([x.request.ss for x in live])
             ls = np.concatenate([x.request.ls for x in live])
+            fs = np.concatenate([x.request.fs for x in live])
             start = np.concatenate([x.request.offsets for x in live])
             epochs = np.concatenate([x.request.epochs for x in live])
             leaders = np.concatenate([np.full(len(x.request.ps), x.request.leader, np.int32) for x in live])
@@ -336,24 +403,22 @@ class Replication:
             ends = np.concatenate([x.ends for x in live])
             lhw = np.concatenate([x.leader_hw for x in live])
             lstart = np.concatenate([x.leader_log_start for x in live])
-        valid = (keep & (t.known_leader[ps, ss] == leaders) & (t.known_epoch[ps, ss] == epochs)
-                 & (t.leo[ps, ss] == start) & ~t.needs_truncation[ps, ss])
-        if not valid.all():
-            ps, ss, ls, start, ends, lhw, lstart = (a[valid] for a in (ps, ss, ls, start, ends, lhw, lstart))
+        valid = (keep & (flat.known_leader[fs] == leaders) & (flat.known_epoch[fs] == epochs)
+                 & (flat.leo[fs] == start) & ~flat.needs_truncation[fs])
+        if np.count_nonzero(valid) != len(valid):
+            ps, ss, ls, fs, start, ends, lhw, lstart = (a[valid] for a in (ps, ss, ls, fs, start, ends, lhw, lstart))
         grew = ends > start
-        if grew.any():
-            gp, gs, gl, ge = ps[grew], ss[grew], ls[grew], ends[grew]
-            sim.logs.append(gp, gs, ge - start[grew])
-            t.leo[gp, gs] = ge
-            t.fetch_dirty[gp, gs] = True
-            for p, s, lsl, e in zip(gp.tolist(), gs.tolist(), gl.tolist(), ge.tolist(), strict=True):
+        if np.count_nonzero(grew):
+            gp, gs, gf, ge = ps[grew], ss[grew], fs[grew], ends[grew]
+            sim.logs.append(gp, gs, gf, ge - start[grew])
+            flat.leo[gf] = ge
+            flat.fetch_dirty[gf] = True
+            for p, s, lsl, e in zip(gp.tolist(), gs.tolist(), ls[grew].tolist(), ge.tolist(), strict=True):
                 if t.last_epoch(p, s) != t.last_epoch(p, lsl):
                     t.copy_epochs_from(p, s, lsl, e)
-        leo = t.leo[ps, ss]
-        t.log_start[ps, ss] = np.maximum(t.log_start[ps, ss], np.minimum(lstart, leo))
-        t.hw[ps, ss] = np.maximum(t.hw[ps, ss], np.minimum(lhw, leo))
-        for resp in live:
-            self.send((resp.request.follower, resp.request.leader))
+        leo = flat.leo[fs]
+        flat.log_start[fs] = np.maximum(flat.log_start[fs], np.minimum(lstart, leo))
+        flat.hw[fs] = np.maximum(flat.hw[fs], np.minimum(lhw, leo))
 
     # --- ISR shrink -----------------------------------------------------------------------------------
     def check_shrinks(self) -> None:
