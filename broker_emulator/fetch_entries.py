@@ -20,7 +20,8 @@ import numpy as np
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
-    from broker_emulator.replication import FetchRequest, FetchResponse, Replication
+    from broker_emulator.fetch_session import FetchRequest, FetchResponse
+    from broker_emulator.replication import Replication
 
 SMALL_BATCH = 16  # entries; above this the vector step is cheaper
 I64_MAX = int(np.iinfo(np.int64).max)

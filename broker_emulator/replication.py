@@ -4,7 +4,8 @@ One fetch session per (follower broker, leader broker) carries all partitions of
 Kafka's replica fetcher threads do. A request is processed at the leader (update follower state,
 lastCaughtUpTimeMs, ISR expansion, HW), long-polls up to replica.fetch.wait.max.ms when there is no
 data, and its response is applied at the follower. All requests (or responses) due in the same
-millisecond are processed as one vector.
+millisecond are processed as one vector. The session members and the request and response types
+are in `fetch_session`.
 
 A session holds a few to a few hundred partitions, so NumPy's per-call overhead, not the element
 work, is the cost: the vector steps gather [partition, slot] state through the table's flat views
@@ -14,8 +15,7 @@ and batches of a few entries (steady state) go to the entry-by-entry twins in `f
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from broker_emulator.fetch_entries import (
     respond_entries,
     track_entries,
 )
+from broker_emulator.fetch_session import FetchRequest, FetchResponse, SessionMembers, session_members
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
@@ -38,39 +39,6 @@ I64_MAX = np.iinfo(np.int64).max
 def sorted_unique(values: np.ndarray) -> np.ndarray:
     """np.unique for the few values of one fetch or produce: a Python set is several times cheaper."""
     return np.asarray(sorted(set(values.tolist())), np.int64)
-
-
-class SessionMembers(NamedTuple):
-    """The partitions one follower fetches from one leader, with their slots and flat indices."""
-
-    ps: np.ndarray        # partition indices
-    ss: np.ndarray        # follower slots
-    ls: np.ndarray        # leader slots
-    fs: np.ndarray        # flat index of (partition, follower slot)
-    fl: np.ndarray        # flat index of (partition, leader slot)
-
-
-@dataclass
-class FetchRequest:
-    follower: int
-    leader: int
-    ps: np.ndarray        # partition indices
-    ss: np.ndarray        # follower slots
-    ls: np.ndarray        # leader slots
-    fs: np.ndarray        # flat index of (partition, follower slot)
-    fl: np.ndarray        # flat index of (partition, leader slot)
-    offsets: np.ndarray   # fetch offsets (follower LEO when sent)
-    epochs: np.ndarray    # follower's known leader epoch per partition
-    request_id: int
-
-
-@dataclass
-class FetchResponse:
-    request: FetchRequest
-    keep: np.ndarray      # entries that were answered (leader agreed on the epoch)
-    ends: np.ndarray      # new end offsets
-    leader_hw: np.ndarray
-    leader_log_start: np.ndarray
 
 
 class Replication:
@@ -107,16 +75,7 @@ class Replication:
         cached = self._sessions.get(follower)
         if cached is None:
             ps, ss = self._replicas_of(follower)
-            leaders = self.t.known_leader[ps, ss]
-            cached = {}
-            for leader in np.unique(leaders):
-                if leader in (NO_BROKER, follower):
-                    continue
-                sel = leaders == leader
-                lps, lss = ps[sel], ss[sel]
-                lls = np.argmax(self.t.replicas[lps] == leader, axis=1).astype(np.int64)
-                cached[int(leader)] = SessionMembers(lps, lss, lls, self.t.flat_index(lps, lss),
-                                                     self.t.flat_index(lps, lls))
+            cached = session_members(self.t, follower, ps, ss)
             self._sessions[follower] = cached
         return cached
 
@@ -318,30 +277,8 @@ class Replication:
         for f in sorted(followers):
             req = self.parked.get((f, leader))
             if req is not None:
-                self._add_to_request(req, ps)
+                req.add_partitions(self.t, ps)
                 self.respond(req)
-
-    def _add_to_request(self, req: FetchRequest, ps: np.ndarray) -> None:
-        t = self.t
-        present = set(req.ps.tolist())
-        add: list[tuple[int, int, int]] = []
-        for p in ps.tolist():
-            if p in present:
-                continue
-            reps = t.assignment[p]
-            if req.follower in reps and t.known_leader[p, reps.index(req.follower)] == req.leader:
-                add.append((p, reps.index(req.follower), reps.index(req.leader)))
-        if not add:
-            return
-        r = t.max_rf
-        add_fs = [p * r + s for p, s, _ in add]  # flat indices, as PartitionTable.flat_index
-        req.ps = np.concatenate([req.ps, [p for p, _, _ in add]])
-        req.ss = np.concatenate([req.ss, [s for _, s, _ in add]])
-        req.ls = np.concatenate([req.ls, [ls for _, _, ls in add]])
-        req.fs = np.concatenate([req.fs, add_fs])
-        req.fl = np.concatenate([req.fl, [p * r + ls for p, _, ls in add]])
-        req.offsets = np.concatenate([req.offsets, t.flat.leo[add_fs]])
-        req.epochs = np.concatenate([req.epochs, t.flat.known_epoch[add_fs]])
 
     def respond(self, req: FetchRequest) -> None:
         sim, t = self.sim, self.t
