@@ -39,8 +39,13 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
         "spark.ui.showConsoleProgress": "false",
         # toPandas through Arrow (GE's pandas engine validates each micro-batch on the driver).
         "spark.sql.execution.arrow.pyspark.enabled": "true",
-        # Merge the small files that per-second micro-batches write (Delta's auto compaction).
-        "spark.databricks.delta.autoCompact.enabled": "true",
+        # Delta reconstructs a table's state (its files, its app transactions) with a Spark job of
+        # `snapshotPartitions` tasks; the default 50 costs ~100 tasks per idempotent write on 2 cores,
+        # 2 costs a few. Raise it on a cluster with large tables.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        # Auto compaction would run inside a micro-batch and make its duration spiky; the jobs compact
+        # their own tables every `maintain_every_batches` instead (OPTIMIZE + checkpoint + VACUUM).
+        "spark.databricks.delta.autoCompact.enabled": "false",
     }
     settings.update(conf or {})
     builder = SparkSession.builder.appName(app_name)

@@ -9,8 +9,8 @@ expectation go to silver, the others to quarantine with the failed expectations 
 Great Expectations validates the batch and its verdict goes to silver.dq_runs.
 
 Exactly once: the Delta source's offsets and the dedup state live in the query's checkpoint, and every
-sink write is a Delta idempotent write (txnAppId = the query's id, txnVersion = the batch id). A batch
-replayed after a crash recomputes the same rows and Delta skips each write it already committed.
+sink write is marked with the query's id and the batch id (isrwatch/batch_appender.py). A batch
+replayed after a crash recomputes the same rows and skips each write it already committed.
 """
 
 from __future__ import annotations
@@ -29,14 +29,24 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from isrwatch.batch_appender import BatchAppender
 from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
-from pipelines.context import METER_KEY, with_previous_count, with_run_window, with_topic
-from pipelines.expectations import FAILURES, failure_counts, with_failures
-from pipelines.great_expectations_check import SuiteValidator
+from pipelines.context import METER_KEY, LastCounts, with_previous_count, with_run_window, with_topic
+from pipelines.expectations import (
+    FAILURES,
+    VALID,
+    failure_counts,
+    failure_counts_of_frame,
+    failures_column,
+    flag_columns,
+    with_failure_flags,
+)
+from pipelines.great_expectations_check import GeOutcome, SuiteValidator, ge_ready
 from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.spark import to_spark_schema
@@ -117,6 +127,12 @@ class TableValidator:
     stats: BatchStats = field(default_factory=BatchStats)
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
+    appender: BatchAppender | None = None
+    last_counts: LastCounts | None = None
+
+    def __post_init__(self) -> None:
+        if "previous_count" in self.bronze.context:
+            self.last_counts = LastCounts(interval_ms(self.settings.validate_.counter_lookback) * 1000)
 
     def path(self, td: TableDef) -> str:
         return td.path(self.settings.lakehouse)
@@ -124,6 +140,8 @@ class TableValidator:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if not self.started.wait(120):
             raise RuntimeError(f"{self.bronze.qualified_name}: query id not set")
+        if self.appender is None:
+            self.appender = BatchAppender(self.spark, f"isrwatch-validate/{self.bronze.name}/{self.query_id}")
         began = time.monotonic()
         batch = batch.persist()
         try:
@@ -135,48 +153,46 @@ class TableValidator:
         td, name = self.bronze, self.bronze.name
         ts = "ts" if "ts" in batch.columns else "end_ts"
         head = batch.agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("min_ts"),
+                         F.unix_micros(F.min(ts)).alias("min_ts_us"),
                          F.collect_set("run_id").alias("runs"), F.max("ingested_at").alias("at")).first()
         assert head is not None
         if head["n"] == 0:
             return  # watermark-only batch: nothing to write
         run_ids = sorted(r for r in head["runs"] if r is not None)
-        # Cache the enriched rows, not the annotated ones: caching the `failures` array of structs costs
-        # seconds per batch, while re-deriving it from cached columns is a cheap projection.
-        enriched = self._with_context(batch, run_ids, head["min_ts"]).persist()
-        annotated = with_failures(enriched, td.expectations)
+        # Cache the flagged rows (cheap boolean columns), not the quarantine's array of structs: that
+        # is only built for the rejected rows.
+        flagged = with_failure_flags(self._with_context(batch, run_ids, head["min_ts"], head["min_ts_us"]),
+                                     td.expectations).persist()
         try:
-            totals = annotated.agg(F.count(F.lit(1)).alias("n"),
-                                   F.sum(F.when(F.size(FAILURES) == 0, 1).otherwise(0)).alias("valid")).first()
-            assert totals is not None
-            rows_in, rows_valid = int(totals["n"]), int(totals["valid"] or 0)
-            counts = failure_counts(annotated) if rows_valid < rows_in else {}
-            outcome = self.ge.validate(td, annotated.drop(FAILURES))
+            rows_in, rows_valid, counts, outcome, frame = self._check(flagged, int(head["n"]))
             if outcome.unexpected != counts:
                 raise ValidationMismatch(f"{td.qualified_name} batch {batch_id}: Great Expectations counted "
                                          f"{outcome.unexpected}, routing counted {counts}")
-            app_id = f"isrwatch-validate/{name}/{self.query_id}"
             silver, quarantine = SILVER_TABLES[name], QUARANTINE_TABLES[name]
+            assert self.appender is not None
             if rows_valid:
-                rows = annotated.where(F.size(FAILURES) == 0).select(*silver.arrow_schema.names)
-                self._append(rows, silver, app_id, batch_id)
+                rows = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
+                self.appender.append(rows, self.path(silver), batch_id)
             _die_here_if_asked(name, batch_id, "after_silver")
             if rows_valid < rows_in:
-                rows = (annotated.where(F.size(FAILURES) > 0)
+                rows = (flagged.where(~F.col(VALID))
+                        .withColumn(FAILURES, failures_column(td.expectations))
                         .withColumn("quarantined_at", F.col("ingested_at"))
                         .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
                         .select(*quarantine.arrow_schema.names))
-                self._append(rows, quarantine, app_id, batch_id)
+                self.appender.append(rows, self.path(quarantine), batch_id)
             _die_here_if_asked(name, batch_id, "after_quarantine")
             duration_ms = int((time.monotonic() - began) * 1000)
             dq = self.spark.createDataFrame([(
                 name, batch_id, head["at"], rows_in, rows_valid, rows_in - rows_valid,
                 rows_valid / rows_in, [(k, v) for k, v in sorted(counts.items())], outcome.success,
-                outcome.evaluated, outcome.successful, self.ge.engine, run_ids, duration_ms,
+                outcome.evaluated, outcome.successful, outcome.engine, run_ids, duration_ms,
             )], to_spark_schema(DQ_RUNS.arrow_schema))
-            self._append(dq, DQ_RUNS, app_id, batch_id)
+            self.appender.append(dq, self.path(DQ_RUNS), batch_id)
             _die_here_if_asked(name, batch_id, "after_dq")
+            self._remember_counts(flagged, frame)
         finally:
-            enriched.unpersist()
+            flagged.unpersist()
         s = self.stats
         s.batch_id, s.rows_in, s.rows_valid, s.rows_quarantined = batch_id, rows_in, rows_valid, rows_in - rows_valid
         s.duration_ms = duration_ms
@@ -187,7 +203,20 @@ class TableValidator:
         if batch_id > 0 and batch_id % every == 0:
             self._maintain()
 
-    def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts: Any) -> DataFrame:
+    def _check(self, flagged: DataFrame, rows: int) -> tuple[int, int, dict[str, int], GeOutcome, Any]:
+        """Route counts, GE's verdict and the collected frame (None with the Spark engine). A batch the
+        driver can hold is collected once, through Arrow, and both are computed from that one frame;
+        a larger one is validated by GE's Spark engine."""
+        td, v = self.bronze, self.settings.validate_
+        engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if rows <= v.ge_pandas_max_rows else "spark")
+        data = flagged.drop(*flag_columns(td.expectations), VALID)
+        if engine == "spark":
+            return (*failure_counts(flagged, td.expectations), self.ge.validate_dataframe(td, data), None)
+        frame: Any = ge_ready(flagged).toPandas()
+        outcome = self.ge.validate_frame(td, frame[data.columns])
+        return (*failure_counts_of_frame(frame, td.expectations), outcome, frame)
+
+    def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts: Any, min_ts_us: int) -> DataFrame:
         out, lake = batch, self.settings.lakehouse
         if "run_window" in self.bronze.context:
             runs = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(run_ids))
@@ -198,25 +227,35 @@ class TableValidator:
                        .where(F.col("run_id").isin(run_ids)).select("run_id", "topic", "partitions"))
             out = with_topic(out, configs)
         if "previous_count" in self.bronze.context:
-            out = with_previous_count(out, self._meter_history(run_ids, min_ts))
+            out = with_previous_count(out, self._meter_history(run_ids, min_ts, min_ts_us))
         return out
 
-    def _meter_history(self, run_ids: list[str], min_ts: Any) -> DataFrame:
+    def _meter_history(self, run_ids: list[str], min_ts: Any, min_ts_us: int) -> DataFrame:
+        assert self.last_counts is not None
+        if not self.last_counts.loaded:  # the first batch after a start: what silver holds before it
+            self.last_counts.fold(self._silver_counts_before(run_ids, min_ts))
+            self.last_counts.loaded = True
+        return self.last_counts.history(self.spark, min_ts_us)
+
+    def _silver_counts_before(self, run_ids: list[str], min_ts: Any) -> Any:
         silver_path = self.path(SILVER_TABLES[self.bronze.name])
-        cols = [*METER_KEY, "ts", "count"]
-        if min_ts is None or not _is_delta_table(self.spark, silver_path):
-            return self.spark.createDataFrame([], to_spark_schema(self.bronze.arrow_schema)).select(*cols)
+        if not _is_delta_table(self.spark, silver_path):
+            return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
         lookback_s = interval_ms(self.settings.validate_.counter_lookback) / 1000
         since = F.lit(min_ts) - F.make_dt_interval(secs=F.lit(lookback_s))
-        return (self.spark.read.format("delta").load(silver_path)
+        rows = (self.spark.read.format("delta").load(silver_path)
                 .where(F.col("run_id").isin(run_ids) & (F.col("kind") == "meter")
-                       & (F.col("ts") >= since) & (F.col("ts") < F.lit(min_ts)))
-                .select(*cols))
+                       & (F.col("ts") >= since) & (F.col("ts") < F.lit(min_ts))))
+        return _newest_meter_counts(rows).toPandas()
 
-    def _append(self, df: DataFrame, td: TableDef, app_id: str, batch_id: int) -> None:
-        (df.write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", batch_id)
-         .save(self.path(td)))
+    def _remember_counts(self, flagged: DataFrame, frame: Any) -> None:
+        """Fold the batch's valid meter rows into the driver's last counts (after the batch committed)."""
+        if self.last_counts is None:
+            return
+        if frame is not None:  # the batch is on the driver already (ge_ready: timestamps as epoch µs)
+            self.last_counts.fold(frame.loc[frame[VALID] & (frame["kind"] == "meter"), [*METER_KEY, "ts", "count"]])
+        else:
+            self.last_counts.fold(_newest_meter_counts(flagged.where(F.col(VALID))).toPandas())
 
     def _maintain(self) -> None:
         from delta.tables import DeltaTable
@@ -227,6 +266,14 @@ class TableValidator:
                 table = DeltaTable.forPath(self.spark, self.path(td))
                 table.optimize().executeCompaction()
                 table.vacuum(hours)
+
+
+def _newest_meter_counts(rows: DataFrame) -> DataFrame:
+    """The newest count per meter among `rows`, timestamps as epoch µs (LastCounts.fold's input)."""
+    newest = F.max_by(F.struct("ts", "count"), "ts")
+    return (rows.where(F.col("kind") == "meter").groupBy(*METER_KEY).agg(newest.alias("n"))
+            .select("run_id", "broker_id", "mbean", F.unix_micros("process_start_ts").alias("process_start_ts"),
+                    F.unix_micros("n.ts").alias("ts"), F.col("n.count").alias("count")))
 
 
 def create_table_if_missing(spark: SparkSession, td: TableDef, path: str) -> None:
@@ -255,7 +302,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
             check_schema(spark, td, td.path(settings.lakehouse))
     for td in (DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
         create_table_if_missing(spark, td, td.path(settings.lakehouse))
-    ge = SuiteValidator(v.ge_engine)
+    ge = SuiteValidator()
     queries: dict[str, StreamingQuery] = {}
     validators: dict[str, TableValidator] = {}
     for td in tables:
@@ -294,7 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", default=None, help="comma-separated bronze tables (default: all)")
     p.add_argument("--trigger", choices=["live", "available-now"], default=None)
     p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
-    p.add_argument("--ge-engine", choices=["pandas", "spark"], default=None)
+    p.add_argument("--ge-engine", choices=["auto", "pandas", "spark"], default=None)
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",

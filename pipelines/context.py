@@ -7,7 +7,9 @@ instead of disappearing.
 
 from __future__ import annotations
 
-from pyspark.sql import DataFrame, Window
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from schemas.expectations import (
@@ -48,3 +50,46 @@ def with_previous_count(batch: DataFrame, history: DataFrame) -> DataFrame:
     both = current.unionByName(past, allowMissingColumns=True)
     previous = F.lag("count").over(Window.partitionBy(*METER_KEY).orderBy("ts"))
     return both.withColumn(CTX_PREVIOUS_COUNT, previous).where(F.col(marker)).drop(marker)
+
+
+class LastCounts:
+    """The latest validated count of every meter, kept on the driver between micro-batches.
+
+    Reading the previous counts back from silver costs a Delta snapshot and a scan per micro-batch;
+    the validate job instead loads them from silver once (its first batch after a start, so a replayed
+    batch sees exactly what silver holds) and then folds in each batch's valid meter rows. Entries older
+    than the look-back are dropped, so the memory is bounded by the number of live broker processes
+    times meters. A row older than a meter's newest known count is compared with nothing (not with an
+    older silver row): meters arrive in order from one emulator or exporter.
+    """
+
+    def __init__(self, lookback_us: int) -> None:
+        if lookback_us <= 0:
+            raise ValueError(f"lookback_us must be > 0, got {lookback_us}")
+        self.lookback_us = lookback_us
+        self.loaded = False
+        self.latest: dict[tuple[Any, ...], tuple[int, int]] = {}  # meter key -> (ts in epoch µs, count)
+
+    def fold(self, rows: Any) -> None:
+        """Fold in valid meter rows: a pandas frame with METER_KEY, `ts` and `process_start_ts` as epoch µs."""
+        if len(rows) == 0:
+            return
+        newest = rows.sort_values("ts").drop_duplicates(list(METER_KEY), keep="last")
+        for key, ts, count in zip(newest[list(METER_KEY)].itertuples(index=False, name=None),
+                                  newest["ts"], newest["count"], strict=True):
+            known = self.latest.get(key)
+            if known is None or int(ts) >= known[0]:
+                self.latest[key] = (int(ts), int(count))
+        horizon = max(ts for ts, _ in self.latest.values()) - self.lookback_us
+        self.latest = {k: v for k, v in self.latest.items() if v[0] >= horizon}
+
+    def history(self, spark: SparkSession, before_us: int) -> DataFrame:
+        """The known counts strictly before `before_us` and within the look-back, as silver-like rows."""
+        since = before_us - self.lookback_us
+        rows = [(*k, ts, count) for k, (ts, count) in sorted(self.latest.items(), key=lambda kv: repr(kv[0]))
+                if since <= ts < before_us]
+        schema = "run_id string, broker_id int, mbean string, process_start_us long, ts_us long, count long"
+        return (spark.createDataFrame(rows, schema)
+                .select("run_id", "broker_id", "mbean",
+                        F.timestamp_micros("process_start_us").alias("process_start_ts"),
+                        F.timestamp_micros("ts_us").alias("ts"), "count"))

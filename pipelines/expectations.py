@@ -3,9 +3,15 @@
 The semantics follow Great Expectations' own: column-value expectations other than not-null ignore
 nulls, and the column-pair expectations here skip rows where either value is missing. The validate
 job checks that the per-expectation counts computed here equal GE's `unexpected_count`s.
+
+A batch is annotated with one boolean column per expectation (`_fails_<i>`) and `_valid`: cheap
+columns Spark evaluates in generated code. The quarantine's `failures` array of structs, which is
+expensive to build, is only assembled for the rejected rows (`failures_column`).
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -13,6 +19,8 @@ from pyspark.sql import functions as F
 from schemas.expectations import Expect
 
 FAILURES = "failures"
+VALID = "_valid"
+_FLAG_PREFIX = "_fails_"
 
 
 def _text(c: Column) -> Column:
@@ -48,21 +56,45 @@ def failure_of(e: Expect) -> tuple[Column, Column]:
     raise ValueError(f"no Spark predicate for expectation type {e.type!r}")
 
 
-def with_failures(df: DataFrame, expectations: tuple[Expect, ...]) -> DataFrame:
-    """Add `failures`: array<struct<expectation, column, value>> of the expectations each row fails."""
+def flag_columns(expectations: tuple[Expect, ...]) -> list[str]:
+    """Names of the per-expectation failure flags `with_failure_flags` adds, in expectation order."""
+    return [f"{_FLAG_PREFIX}{i}" for i in range(len(expectations))]
+
+
+def with_failure_flags(df: DataFrame, expectations: tuple[Expect, ...]) -> DataFrame:
+    """Add a boolean `_fails_<i>` per expectation and `_valid` (the row fails none of them)."""
     if not expectations:
         raise ValueError("expectations must not be empty")
+    flags = flag_columns(expectations)
+    out = df.select("*", *(failure_of(e)[0].alias(name) for e, name in zip(expectations, flags, strict=True)))
+    return out.withColumn(VALID, ~F.greatest(*(F.col(f) for f in flags)) if len(flags) > 1 else ~F.col(flags[0]))
+
+
+def failures_column(expectations: tuple[Expect, ...]) -> Column:
+    """array<struct<expectation, column, value>> of the expectations a flagged row fails."""
     entries = []
-    for e in expectations:
-        fails, value = failure_of(e)
+    for e, flag in zip(expectations, flag_columns(expectations), strict=True):
+        value = failure_of(e)[1]
         entry = F.struct(F.lit(e.label).alias("expectation"), F.lit(",".join(e.columns)).alias("column"),
                          value.alias("value"))
-        entries.append(F.when(fails, entry))
-    return df.withColumn(FAILURES, F.array_compact(F.array(*entries)))
+        entries.append(F.when(F.col(flag), entry))
+    return F.array_compact(F.array(*entries))
 
 
-def failure_counts(annotated: DataFrame) -> dict[str, int]:
-    """Unexpected rows per expectation label in a DataFrame produced by `with_failures`."""
-    rows = (annotated.where(F.size(FAILURES) > 0)
-            .select(F.explode(FAILURES).alias("f")).groupBy("f.expectation").count().collect())
-    return {r["expectation"]: int(r["count"]) for r in rows}
+def failure_counts(flagged: DataFrame, expectations: tuple[Expect, ...]) -> tuple[int, int, dict[str, int]]:
+    """(rows, valid rows, unexpected rows per expectation label) of a `with_failure_flags` frame: one job."""
+    flags = flag_columns(expectations)
+    row = flagged.agg(F.count(F.lit(1)).alias("_n"), F.count_if(F.col(VALID)).alias("_v"),
+                      *(F.count_if(F.col(f)).alias(f) for f in flags)).first()
+    assert row is not None
+    return int(row["_n"]), int(row["_v"]), _nonzero(expectations, [row[f] for f in flags])
+
+
+def failure_counts_of_frame(frame: Any, expectations: tuple[Expect, ...]) -> tuple[int, int, dict[str, int]]:
+    """The same counts from a pandas frame collected from a `with_failure_flags` DataFrame."""
+    flags = flag_columns(expectations)
+    return len(frame), int(frame[VALID].sum()), _nonzero(expectations, [frame[f].sum() for f in flags])
+
+
+def _nonzero(expectations: tuple[Expect, ...], counts: list[Any]) -> dict[str, int]:
+    return {e.label: int(c) for e, c in zip(expectations, counts, strict=True) if c}

@@ -2,9 +2,9 @@
 
 GE's verdict and per-expectation unexpected counts go to `silver.dq_runs`; the validate job also
 checks them against the row-level routing (pipelines/expectations.py), so the two can never disagree
-silently. Two engines: `pandas` collects the batch to the driver through Arrow (fast for the small
-batches of a live stream; GE's Spark engine runs a Spark job per metric, about a second per batch),
-and `spark` validates where the data is (for batches too large for the driver).
+silently. Two engines: `pandas` validates a frame the job collected to the driver through Arrow (fast
+for live batches and up to a few hundred thousand rows; GE's Spark engine runs a Spark job per metric,
+seconds per batch), and `spark` validates where the data is (for batches too large for the driver).
 """
 
 from __future__ import annotations
@@ -20,7 +20,11 @@ from pyspark.sql.types import TimestampType
 
 from schemas.table import TableDef
 
-ENGINES = ("pandas", "spark")
+
+def ge_ready(df: DataFrame) -> DataFrame:
+    """GE cannot serialise timestamps into its results: give it timestamps as epoch microseconds."""
+    return df.select(*(F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, TimestampType)
+                       else F.col(f.name) for f in df.schema))
 
 
 @dataclass(frozen=True)
@@ -29,44 +33,49 @@ class GeOutcome:
     evaluated: int
     successful: int
     unexpected: dict[str, int]  # expectation label -> unexpected rows (only labels with some)
+    engine: str  # the GE execution engine that validated the batch
 
 
 class SuiteValidator:
-    """One ephemeral GE data context per process, one suite per table, built on first use."""
+    """One ephemeral GE data context per process with a pandas and a Spark data source, one suite per
+    table, built on first use."""
 
-    def __init__(self, engine: str) -> None:
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    def __init__(self) -> None:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
-        self.engine = engine
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        source = (self.context.data_sources.add_pandas(name="batches") if engine == "pandas"
-                  else self.context.data_sources.add_spark(name="batches"))
-        self.batch_definition = source.add_dataframe_asset(name="micro_batch").add_batch_definition_whole_dataframe(
-            "whole")
+        sources: dict[str, Any] = {"pandas": self.context.data_sources.add_pandas(name="pandas_batches"),
+                   "spark": self.context.data_sources.add_spark(name="spark_batches")}
+        self.batch_definitions = {
+            engine: source.add_dataframe_asset(name="micro_batch").add_batch_definition_whole_dataframe("whole")
+            for engine, source in sources.items()
+        }
         self.suites: dict[str, Any] = {}
         # Streaming queries call foreachBatch from several threads; a GE context is not thread-safe.
         self.lock = threading.Lock()
 
-    def validate(self, td: TableDef, df: DataFrame) -> GeOutcome:
-        # GE cannot serialise timestamps into its results: compare them as epoch microseconds.
-        df = df.select(*(F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, TimestampType)
-                         else F.col(f.name) for f in df.schema))
-        frame: Any = df.toPandas() if self.engine == "pandas" else df
+    def validate_frame(self, td: TableDef, frame: Any) -> GeOutcome:
+        """Validate a pandas frame holding `ge_ready` columns (GE's pandas engine)."""
         with self.lock:
-            return self._validate(td, frame)
+            return self._validate(td, "pandas", frame)
 
-    def _validate(self, td: TableDef, frame: Any) -> GeOutcome:
+    def validate_dataframe(self, td: TableDef, df: DataFrame) -> GeOutcome:
+        """Validate a Spark DataFrame where it is (GE's Spark engine)."""
+        with self.lock:
+            return self._validate(td, "spark", ge_ready(df))
+
+    def _validate(self, td: TableDef, engine: str, frame: Any) -> GeOutcome:
         from schemas.suites import expectation_suite
 
         if td.qualified_name not in self.suites:
             self.suites[td.qualified_name] = expectation_suite(td)
-        batch = self.batch_definition.get_batch(batch_parameters={"dataframe": frame})
-        result = batch.validate(self.suites[td.qualified_name], result_format="BASIC")
+        batch = self.batch_definitions[engine].get_batch(batch_parameters={"dataframe": frame})
+        # Only the counts are used: no partial lists of unexpected values to compute.
+        result = batch.validate(self.suites[td.qualified_name],
+                                result_format={"result_format": "BASIC", "partial_unexpected_count": 0})
         unexpected: dict[str, int] = {}
         for r in result.results:
             if r.exception_info and r.exception_info.get("raised_exception"):
@@ -77,4 +86,4 @@ class SuiteValidator:
                 unexpected[r.expectation_config.meta["label"]] = count
         stats = result.statistics
         return GeOutcome(bool(result.success), int(stats["evaluated_expectations"]),
-                         int(stats["successful_expectations"]), unexpected)
+                         int(stats["successful_expectations"]), unexpected, engine)

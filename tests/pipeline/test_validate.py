@@ -20,9 +20,10 @@ pytestmark = pytest.mark.spark
 TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs")
 
 
-def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES) -> None:
+def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES, **overrides: Any) -> None:
     settings = load_settings(overrides={"lakehouse": lakehouse, "validate.tables": list(tables),
-                                        "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0})
+                                        "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0,
+                                        **overrides})
     running = start_validation(spark, settings, log=lambda _: None)
     for q in running.queries.values():
         q.awaitTermination()
@@ -112,6 +113,24 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_rest_reaches_silver(spark
     assert by_table["broker_metrics"]["valid"] == len(rows(SILVER_TABLES["broker_metrics"], lakehouse))
     failed = [f for d in dq if d["table_name"] == "broker_metrics" for f in d["failed_expectations"]]
     assert sum(f["unexpected_count"] for f in failed) == sum(len(v) for v in expected_reasons.values())
+
+
+def test_batches_over_the_pandas_limit_get_the_same_verdict_from_ge_spark_engine(spark: Any, lakehouse: str) -> None:
+    emulate(lakehouse, duration="6s", faults=[])
+    gauge = next(r for r in rows(BROKER_METRICS, lakehouse) if r["name"] == "UnderReplicatedPartitions")
+    append(BROKER_METRICS, lakehouse, [{**gauge, "ts": _later(gauge, 1), "value": -1.0},
+                                       {**gauge, "ts": _later(gauge, 2), "kind": "histogram", "value": -2.0}])
+
+    validate(spark, lakehouse, ("broker_metrics",), **{"validate.ge_pandas_max_rows": 1})
+
+    dq = DeltaTable(DQ_RUNS.path(lakehouse)).to_pyarrow_table().to_pylist()
+    assert {d["ge_engine"] for d in dq} == {"spark"}
+    failed = {f["expectation"]: f["unexpected_count"] for d in dq for f in d["failed_expectations"]}
+    assert failed == {"between(0<=value)": 2, "in_set(kind)": 1}
+    assert [d["ge_success"] for d in dq] == [False]
+    quarantined = rows(QUARANTINE_TABLES["broker_metrics"], lakehouse)
+    assert sorted(q["value"] for q in quarantined) == [-2.0, -1.0]
+    assert len(rows(SILVER_TABLES["broker_metrics"], lakehouse)) == len(rows(BROKER_METRICS, lakehouse)) - 2
 
 
 def test_schema_drift_fails_naming_table_and_column_and_writes_nothing(spark: Any, lakehouse: str) -> None:

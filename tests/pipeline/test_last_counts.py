@@ -1,0 +1,43 @@
+"""The driver's memory of each meter's last validated count (pipelines.context.LastCounts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from pipelines.context import LastCounts
+
+S = 1_000_000  # one second in µs
+KEY_A = ("run", 1, "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec", 0)
+KEY_B = ("run", 2, "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec", 0)
+
+
+def _rows(*rows: tuple[tuple[Any, ...], int, int]) -> pd.DataFrame:
+    return pd.DataFrame([(*key, ts, count) for key, ts, count in rows],
+                        columns=["run_id", "broker_id", "mbean", "process_start_ts", "ts", "count"])
+
+
+def test_fold_keeps_the_newest_count_per_meter_and_forgets_beyond_the_lookback() -> None:
+    counts = LastCounts(lookback_us=60 * S)
+    counts.fold(_rows((KEY_A, 10 * S, 5), (KEY_A, 11 * S, 7), (KEY_B, 11 * S, 2)))
+    assert counts.latest == {KEY_A: (11 * S, 7), KEY_B: (11 * S, 2)}
+    counts.fold(_rows((KEY_A, 9 * S, 1)))  # late and older: the newer count stays
+    assert counts.latest[KEY_A] == (11 * S, 7)
+    counts.fold(_rows((KEY_A, 80 * S, 9)))  # B's last report is now more than 60 s older than the newest
+    assert counts.latest == {KEY_A: (80 * S, 9)}
+
+
+def test_history_gives_counts_before_the_batch_within_the_lookback(spark: Any) -> None:
+    counts = LastCounts(lookback_us=60 * S)
+    counts.fold(_rows((KEY_A, 50 * S, 7), (KEY_B, 100 * S, 2)))
+    rows = counts.history(spark, before_us=100 * S).collect()
+    assert [(r["broker_id"], r["count"]) for r in rows] == [(1, 7)]  # B is not strictly before the batch
+    assert rows[0]["ts"].timestamp() == 50 and rows[0]["process_start_ts"].timestamp() == 0
+    assert counts.history(spark, before_us=200 * S).collect() == []  # A is beyond the look-back
+
+
+def test_lookback_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="lookback_us must be > 0"):
+        LastCounts(0)
