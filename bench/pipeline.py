@@ -157,8 +157,15 @@ def main() -> None:
     p.add_argument("--live-seconds", type=int, default=60)
     args = p.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    throughput(args.rows, [int(x) for x in args.files_per_trigger.split(",")])
-    live(args.live_seconds)
+    try:
+        throughput(args.rows, [int(x) for x in args.files_per_trigger.split(",")])
+        live(args.live_seconds)
+    finally:  # stop the JVM before the interpreter exits (tearing it down at exit can crash it)
+        from pyspark.sql import SparkSession
+
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            active.stop()
 
 
 if __name__ == "__main__":

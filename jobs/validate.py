@@ -172,7 +172,7 @@ class TableValidator:
             assert self.appender is not None
             if rows_valid:
                 rows = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
-                self.appender.append(rows, self.path(silver), batch_id)
+                self.appender.append(_few_files(rows, rows_valid), self.path(silver), batch_id)
             _die_here_if_asked(name, batch_id, "after_silver")
             if rows_valid < rows_in:
                 rows = (flagged.where(~F.col(VALID))
@@ -180,7 +180,7 @@ class TableValidator:
                         .withColumn("quarantined_at", F.col("ingested_at"))
                         .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
                         .select(*quarantine.arrow_schema.names))
-                self.appender.append(rows, self.path(quarantine), batch_id)
+                self.appender.append(_few_files(rows, rows_in - rows_valid), self.path(quarantine), batch_id)
             _die_here_if_asked(name, batch_id, "after_quarantine")
             duration_ms = int((time.monotonic() - began) * 1000)
             dq = self.spark.createDataFrame([(
@@ -266,6 +266,16 @@ class TableValidator:
                 table = DeltaTable.forPath(self.spark, self.path(td))
                 table.optimize().executeCompaction()
                 table.vacuum(hours)
+
+
+# A batch up to this many rows is written as one file per table: live batches would otherwise leave one
+# small file per shuffle partition, and readers taking a file per trigger (the alerts job's catch-up)
+# would see one metric interval split across micro-batches.
+SINGLE_FILE_MAX_ROWS = 1_000_000
+
+
+def _few_files(rows: DataFrame, count: int) -> DataFrame:
+    return rows.coalesce(1) if count <= SINGLE_FILE_MAX_ROWS else rows
 
 
 def _newest_meter_counts(rows: DataFrame) -> DataFrame:
