@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -36,7 +36,14 @@ from pyspark.sql.streaming import StreamingQuery
 
 from isrwatch.batch_appender import BatchAppender
 from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
-from pipelines.context import METER_KEY, LastCounts, with_previous_count, with_run_window, with_topic
+from pipelines.context import (
+    METER_KEY,
+    LastCounts,
+    newest_meter_counts,
+    with_previous_count,
+    with_run_window,
+    with_topic,
+)
 from pipelines.expectations import (
     FAILURES,
     VALID,
@@ -116,6 +123,16 @@ class BatchStats:
     total_quarantined: int = 0
 
 
+class BatchCheck(NamedTuple):
+    """A micro-batch's routing counts and GE's verdict on it."""
+
+    rows_in: int
+    rows_valid: int
+    counts: dict[str, int]  # unexpected rows per expectation label (only labels with some)
+    ge: GeOutcome
+    frame: Any = None  # the batch as collected to the driver (ge_ready columns), None with GE's Spark engine
+
+
 @dataclass
 class TableValidator:
     """The foreachBatch body for one bronze table."""
@@ -152,8 +169,7 @@ class TableValidator:
     def _validate(self, batch: DataFrame, batch_id: int, began: float) -> None:
         td, name = self.bronze, self.bronze.name
         ts = "ts" if "ts" in batch.columns else "end_ts"
-        head = batch.agg(F.count(F.lit(1)).alias("n"), F.min(ts).alias("min_ts"),
-                         F.unix_micros(F.min(ts)).alias("min_ts_us"),
+        head = batch.agg(F.count(F.lit(1)).alias("n"), F.unix_micros(F.min(ts)).alias("min_ts_us"),
                          F.collect_set("run_id").alias("runs"), F.max("ingested_at").alias("at")).first()
         assert head is not None
         if head["n"] == 0:
@@ -161,10 +177,11 @@ class TableValidator:
         run_ids = sorted(r for r in head["runs"] if r is not None)
         # Cache the flagged rows (cheap boolean columns), not the quarantine's array of structs: that
         # is only built for the rejected rows.
-        flagged = with_failure_flags(self._with_context(batch, run_ids, head["min_ts"], head["min_ts_us"]),
+        flagged = with_failure_flags(self._with_context(batch, run_ids, head["min_ts_us"]),
                                      td.expectations).persist()
         try:
-            rows_in, rows_valid, counts, outcome, frame = self._check(flagged, int(head["n"]))
+            check = self._check(flagged, int(head["n"]))
+            rows_in, rows_valid, counts, outcome = check.rows_in, check.rows_valid, check.counts, check.ge
             if outcome.unexpected != counts:
                 raise ValidationMismatch(f"{td.qualified_name} batch {batch_id}: Great Expectations counted "
                                          f"{outcome.unexpected}, routing counted {counts}")
@@ -190,7 +207,7 @@ class TableValidator:
             )], to_spark_schema(DQ_RUNS.arrow_schema))
             self.appender.append(dq, self.path(DQ_RUNS), batch_id)
             _die_here_if_asked(name, batch_id, "after_dq")
-            self._remember_counts(flagged, frame)
+            self._remember_counts(flagged, check.frame)
         finally:
             flagged.unpersist()
         s = self.stats
@@ -203,20 +220,19 @@ class TableValidator:
         if batch_id > 0 and batch_id % every == 0:
             self._maintain()
 
-    def _check(self, flagged: DataFrame, rows: int) -> tuple[int, int, dict[str, int], GeOutcome, Any]:
-        """Route counts, GE's verdict and the collected frame (None with the Spark engine). A batch the
-        driver can hold is collected once, through Arrow, and both are computed from that one frame;
-        a larger one is validated by GE's Spark engine."""
+    def _check(self, flagged: DataFrame, rows: int) -> BatchCheck:
+        """Routing counts and GE's verdict. A batch the driver can hold is collected once, through Arrow,
+        and both are computed from that one frame; a larger one is validated by GE's Spark engine."""
         td, v = self.bronze, self.settings.validate_
         engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if rows <= v.ge_pandas_max_rows else "spark")
         data = flagged.drop(*flag_columns(td.expectations), VALID)
         if engine == "spark":
-            return (*failure_counts(flagged, td.expectations), self.ge.validate_dataframe(td, data), None)
+            return BatchCheck(*failure_counts(flagged, td.expectations), self.ge.validate_dataframe(td, data))
         frame: Any = ge_ready(flagged).toPandas()
         outcome = self.ge.validate_frame(td, frame[data.columns])
-        return (*failure_counts_of_frame(frame, td.expectations), outcome, frame)
+        return BatchCheck(*failure_counts_of_frame(frame, td.expectations), outcome, frame)
 
-    def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts: Any, min_ts_us: int) -> DataFrame:
+    def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts_us: int) -> DataFrame:
         out, lake = batch, self.settings.lakehouse
         if "run_window" in self.bronze.context:
             runs = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(run_ids))
@@ -227,26 +243,25 @@ class TableValidator:
                        .where(F.col("run_id").isin(run_ids)).select("run_id", "topic", "partitions"))
             out = with_topic(out, configs)
         if "previous_count" in self.bronze.context:
-            out = with_previous_count(out, self._meter_history(run_ids, min_ts, min_ts_us))
+            out = with_previous_count(out, self._meter_history(run_ids, min_ts_us))
         return out
 
-    def _meter_history(self, run_ids: list[str], min_ts: Any, min_ts_us: int) -> DataFrame:
+    def _meter_history(self, run_ids: list[str], min_ts_us: int) -> DataFrame:
         assert self.last_counts is not None
         if not self.last_counts.loaded:  # the first batch after a start: what silver holds before it
-            self.last_counts.fold(self._silver_counts_before(run_ids, min_ts))
+            self.last_counts.fold(self._silver_counts_before(run_ids, min_ts_us))
             self.last_counts.loaded = True
         return self.last_counts.history(self.spark, min_ts_us)
 
-    def _silver_counts_before(self, run_ids: list[str], min_ts: Any) -> Any:
+    def _silver_counts_before(self, run_ids: list[str], min_ts_us: int) -> Any:
         silver_path = self.path(SILVER_TABLES[self.bronze.name])
         if not _is_delta_table(self.spark, silver_path):
             return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
-        lookback_s = interval_ms(self.settings.validate_.counter_lookback) / 1000
-        since = F.lit(min_ts) - F.make_dt_interval(secs=F.lit(lookback_s))
-        rows = (self.spark.read.format("delta").load(silver_path)
-                .where(F.col("run_id").isin(run_ids) & (F.col("kind") == "meter")
-                       & (F.col("ts") >= since) & (F.col("ts") < F.lit(min_ts))))
-        return _newest_meter_counts(rows).toPandas()
+        lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
+        since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
+        rows = (self.spark.read.format("delta").load(silver_path)  # ts compared directly: file skipping
+                .where(F.col("run_id").isin(run_ids) & (F.col("ts") >= since) & (F.col("ts") < before)))
+        return newest_meter_counts(rows).toPandas()
 
     def _remember_counts(self, flagged: DataFrame, frame: Any) -> None:
         """Fold the batch's valid meter rows into the driver's last counts (after the batch committed)."""
@@ -255,7 +270,7 @@ class TableValidator:
         if frame is not None:  # the batch is on the driver already (ge_ready: timestamps as epoch µs)
             self.last_counts.fold(frame.loc[frame[VALID] & (frame["kind"] == "meter"), [*METER_KEY, "ts", "count"]])
         else:
-            self.last_counts.fold(_newest_meter_counts(flagged.where(F.col(VALID))).toPandas())
+            self.last_counts.fold(newest_meter_counts(flagged.where(F.col(VALID))).toPandas())
 
     def _maintain(self) -> None:
         from delta.tables import DeltaTable
@@ -276,14 +291,6 @@ SINGLE_FILE_MAX_ROWS = 1_000_000
 
 def _few_files(rows: DataFrame, count: int) -> DataFrame:
     return rows.coalesce(1) if count <= SINGLE_FILE_MAX_ROWS else rows
-
-
-def _newest_meter_counts(rows: DataFrame) -> DataFrame:
-    """The newest count per meter among `rows`, timestamps as epoch µs (LastCounts.fold's input)."""
-    newest = F.max_by(F.struct("ts", "count"), "ts")
-    return (rows.where(F.col("kind") == "meter").groupBy(*METER_KEY).agg(newest.alias("n"))
-            .select("run_id", "broker_id", "mbean", F.unix_micros("process_start_ts").alias("process_start_ts"),
-                    F.unix_micros("n.ts").alias("ts"), F.col("n.count").alias("count")))
 
 
 def create_table_if_missing(spark: SparkSession, td: TableDef, path: str) -> None:

@@ -72,11 +72,13 @@ class LastCounts:
 
     def fold(self, rows: Any) -> None:
         """Fold in valid meter rows: a pandas frame with METER_KEY, `ts` and `process_start_ts` as epoch µs."""
+        rows = rows.dropna(subset=["count"])  # a meter row without a count has nothing to compare
         if len(rows) == 0:
             return
         newest = rows.sort_values("ts").drop_duplicates(list(METER_KEY), keep="last")
         for key, ts, count in zip(newest[list(METER_KEY)].itertuples(index=False, name=None),
                                   newest["ts"], newest["count"], strict=True):
+            key = tuple(k.item() if hasattr(k, "item") else k for k in key)  # NumPy scalars -> Python values
             known = self.latest.get(key)
             if known is None or int(ts) >= known[0]:
                 self.latest[key] = (int(ts), int(count))
@@ -86,10 +88,18 @@ class LastCounts:
     def history(self, spark: SparkSession, before_us: int) -> DataFrame:
         """The known counts strictly before `before_us` and within the look-back, as silver-like rows."""
         since = before_us - self.lookback_us
-        rows = [(*k, ts, count) for k, (ts, count) in sorted(self.latest.items(), key=lambda kv: repr(kv[0]))
-                if since <= ts < before_us]
+        rows = [(*k, ts, count) for k, (ts, count) in self.latest.items() if since <= ts < before_us]
         schema = "run_id string, broker_id int, mbean string, process_start_us long, ts_us long, count long"
         return (spark.createDataFrame(rows, schema)
                 .select("run_id", "broker_id", "mbean",
                         F.timestamp_micros("process_start_us").alias("process_start_ts"),
                         F.timestamp_micros("ts_us").alias("ts"), "count"))
+
+
+def newest_meter_counts(rows: DataFrame) -> DataFrame:
+    """The newest count per meter among `rows`, timestamps as epoch µs (what `LastCounts.fold` takes)."""
+    newest = F.max_by(F.struct("ts", "count"), "ts")
+    return (rows.where((F.col("kind") == "meter") & F.col("count").isNotNull())
+            .groupBy(*METER_KEY).agg(newest.alias("n"))
+            .select("run_id", "broker_id", "mbean", F.unix_micros("process_start_ts").alias("process_start_ts"),
+                    F.unix_micros("n.ts").alias("ts"), F.col("n.count").alias("count")))

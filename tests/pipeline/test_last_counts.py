@@ -29,6 +29,14 @@ def test_fold_keeps_the_newest_count_per_meter_and_forgets_beyond_the_lookback()
     assert counts.latest == {KEY_A: (80 * S, 9)}
 
 
+def test_a_meter_row_without_a_count_is_skipped_not_fatal() -> None:
+    counts = LastCounts(lookback_us=60 * S)
+    rows = _rows((KEY_A, 10 * S, 5), (KEY_B, 10 * S, 0))
+    rows.loc[1, "count"] = None
+    counts.fold(rows)
+    assert counts.latest == {KEY_A: (10 * S, 5)}
+
+
 def test_history_gives_counts_before_the_batch_within_the_lookback(spark: Any) -> None:
     counts = LastCounts(lookback_us=60 * S)
     counts.fold(_rows((KEY_A, 50 * S, 7), (KEY_B, 100 * S, 2)))
