@@ -56,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     from isrwatch.sql import add_sql_parser
 
     add_sql_parser(sub)
+    from isrwatch.webhook_receiver import add_receiver_parser
+
+    add_receiver_parser(sub)
     return parser
 
 
@@ -71,6 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isrwatch.pipeline_cli import main_pipeline
 
         return main_pipeline(args)
+    if args.command == "webhook-receiver":
+        from isrwatch.webhook_receiver import main_receiver
+
+        return main_receiver(args)
     return 2
 
 

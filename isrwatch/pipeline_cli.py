@@ -4,29 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from isrwatch.settings import SettingsError
 
-JOBS = ("validate",)
+JOBS = ("validate", "posture", "slo", "alerts")
 
 
 def add_pipeline_parser(sub: Any) -> None:
-    p = sub.add_parser("pipeline", help="run the streaming jobs (validate, …) in one local driver")
+    p = sub.add_parser("pipeline", help="run the streaming jobs (validate, posture, slo, alerts) in one local driver")
     psub = p.add_subparsers(dest="pipeline_command", required=True)
     run = psub.add_parser("run", help="start the streaming jobs; Ctrl-C stops them cleanly",
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    run.add_argument("--jobs", default="validate", help=f"comma-separated jobs: {', '.join(JOBS)}")
+    run.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated jobs: {', '.join(JOBS)}")
     run.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
     run.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the config)")
     run.add_argument("--trigger", choices=["live", "available-now"], default=None,
-                     help="live: micro-batches every trigger_interval; available-now: catch up, then stop")
+                     help="every job: live (micro-batches every trigger_interval) or available-now (catch up, stop)")
     run.add_argument("--tables", default=None, help="bronze tables to validate (default: the config's)")
+    run.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml)")
+    run.add_argument("--slos", default=None, help="SLO specs (default conf/slos.yaml)")
+    run.add_argument("--no-webhooks", action="store_true", help="evaluate alerts, deliver nothing")
     run.add_argument("--duration", type=float, default=None, help="live: stop after this many seconds")
     run.add_argument("--stop-when-idle", type=float, default=None, metavar="SECONDS",
-                     help="live: stop once every query has caught up and no bronze table changed for SECONDS")
+                     help="live: stop once every query has caught up and no table it reads changed for SECONDS")
     run.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
     run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
 
@@ -37,7 +42,7 @@ def _reservoir_version(offset: Any) -> int | None:
     return int(offset["reservoirVersion"]) if isinstance(offset, dict) and "reservoirVersion" in offset else None
 
 
-def _bronze_version(path: str) -> int | None:
+def table_version(path: str) -> int | None:
     from deltalake import DeltaTable
 
     try:
@@ -46,92 +51,185 @@ def _bronze_version(path: str) -> int | None:
         return None
 
 
-def versions_behind(query: Any, bronze_path: str) -> int | None:
-    """Bronze versions the query has not processed yet (None while unknown)."""
-    sources = (query.lastProgress or {}).get("sources") or [{}]
-    done = _reservoir_version(sources[0].get("endOffset"))
-    latest = _bronze_version(bronze_path)
-    # The Delta source's offset names the next version to read once a version is fully consumed.
-    return None if done is None or latest is None else max(0, latest - done + 1)
+_DELTA_SOURCE = re.compile(r"DeltaSource\[(.*)\]")
 
 
-def status_line(name: str, query: Any, stats: Any, bronze_path: str) -> str:
-    progress = query.lastProgress or {}
-    batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
-    behind = versions_behind(query, bronze_path)
-    lag = "?" if behind is None else str(behind)
-    state = "active" if query.isActive else ("failed" if query.exception() else "stopped")
-    if stats.batch_id < 0 and query.isActive:
-        return f"  validate {name:<18} first micro-batch running (Spark compiles its plan once per query)"
-    return (f"  validate {name:<18} {state:<7} batch {stats.batch_id:>5}  in {stats.rows_in:>7}  "
-            f"silver {stats.rows_valid:>7}  quarantine {stats.rows_quarantined:>5}  "
-            f"batch {batch_ms if batch_ms is not None else '-':>6} ms  lag {lag} versions")
+def _local(path: str) -> str:
+    return path[len("file:"):] if path.startswith("file:") else path
+
+
+def versions_behind(query: Any) -> int | None:
+    """Table versions the query has not processed yet, over all its Delta sources (None while unknown)."""
+    sources = (query.lastProgress or {}).get("sources") or []
+    if not sources:
+        return None
+    behind = 0
+    for source in sources:
+        done = _reservoir_version(source.get("endOffset"))
+        m = _DELTA_SOURCE.match(source.get("description", ""))
+        latest = table_version(_local(m.group(1))) if m else None
+        if done is None or latest is None:
+            return None
+        # The Delta source's offset names the next version to read once a version is fully consumed.
+        behind += max(0, latest - done + 1)
+    return behind
+
+
+@dataclass
+class Job:
+    """One streaming query of the pipeline, and how to describe its progress."""
+
+    name: str
+    query: Any
+    stats: Any
+    paths: tuple[str, ...]     # the tables it reads (idle detection)
+
+    def status_line(self) -> str:
+        progress = self.query.lastProgress or {}
+        batch_ms = (progress.get("durationMs") or {}).get("triggerExecution")
+        behind = versions_behind(self.query)
+        state = "active" if self.query.isActive else ("failed" if self.query.exception() else "stopped")
+        if self.stats.batch_id < 0 and self.query.isActive:
+            return f"  {self.name:<27} first micro-batch running (Spark compiles its plan once per query)"
+        return (f"  {self.name:<27} {state:<7} batch {self.stats.batch_id:>5}  {describe(self.stats):<46} "
+                f"batch {batch_ms if batch_ms is not None else '-':>6} ms  lag {'?' if behind is None else behind}"
+                " versions")
+
+
+def describe(stats: Any) -> str:
+    if hasattr(stats, "rows_valid"):
+        return f"in {stats.rows_in:>7}  silver {stats.rows_valid:>7}  quarantine {stats.rows_quarantined:>5}"
+    if hasattr(stats, "findings"):
+        return f"{stats.topics} topics, {stats.findings} findings"
+    if hasattr(stats, "paging"):
+        return f"{stats.slices} timeslices, {stats.paging} paging, {stats.ticketing} ticketing"
+    return f"{stats.total_transitions} transitions, {stats.firing} firing"
+
+
+def build_settings(args: argparse.Namespace, jobs: list[str]) -> Any:
+    from isrwatch.settings import load_settings, parse_spark_conf
+
+    overrides: dict[str, Any] = {"lakehouse": args.lakehouse, "alerts.rules": args.rules, "slo.specs": args.slos,
+                                 "alerts.webhooks": False if args.no_webhooks else None}
+    if args.tables:
+        overrides["validate.tables"] = [t for t in args.tables.split(",") if t]
+    for job in jobs:
+        overrides[f"{job}.trigger"] = args.trigger
+    settings = load_settings(args.config, overrides)
+    settings.spark.update(parse_spark_conf(args.conf))
+    return settings
+
+
+def _settle(jobs: list[Job], job_settings: Any) -> None:
+    """available-now: a stage must finish before the next reads its output (live stages just run on)."""
+    if job_settings.trigger == "available-now":
+        for job in jobs:
+            job.query.awaitTermination()
+
+
+def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], Any]:
+    """Start the jobs in pipeline order; returns them and the alert webhook dispatcher (if any)."""
+    from schemas.bronze import BRONZE_TABLES
+    from schemas.silver import SILVER_TABLES
+
+    lake, started, dispatcher = settings.lakehouse, [], None
+    silver = {t: td.path(lake) for t, td in SILVER_TABLES.items()}
+    if "validate" in jobs:
+        from jobs.validate import start_validation
+
+        running = start_validation(spark, settings)
+        bronze = {td.name: td.path(lake) for td in BRONZE_TABLES}
+        started += [Job(f"validate {n}", q, running.validators[n].stats, (bronze[n],))
+                    for n, q in running.queries.items()]
+        _settle(started, settings.validate_)
+    if "posture" in jobs:
+        from jobs.posture import start_posture
+
+        query, ev = start_posture(spark, settings)
+        started.append(Job("posture", query, ev.stats, (silver["topic_configs"], silver["runs"])))
+        _settle(started[-1:], settings.posture)
+    if "slo" in jobs:
+        from jobs.slo import start_slo
+
+        query, slo_ev = start_slo(spark, settings)
+        started.append(Job("slo", query, slo_ev.stats, (silver["partition_state"], silver["ack_ledger"])))
+        _settle(started[-1:], settings.slo)
+    if "alerts" in jobs:
+        from jobs.alerts import start_alerts
+        from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
+
+        alerts = start_alerts(spark, settings)
+        dispatcher = alerts.dispatcher
+        gold = (POSTURE_HISTORY.path(lake), SLO_STATUS.path(lake))
+        started.append(Job("alerts", alerts.query, alerts.evaluator.stats, (*silver.values(), *gold)))
+    return started, dispatcher
 
 
 def main_pipeline(args: argparse.Namespace) -> int:
     from isrwatch.spark import build_spark_session
-    from jobs.validate import SchemaDriftError, build_parser, settings_from_args, start_validation
+    from jobs.validate import SchemaDriftError
+    from pipelines.alert_rules import AlertConfigError
+    from pipelines.slo_spec import SloConfigError
 
     jobs = [j for j in args.jobs.split(",") if j]
     unknown = [j for j in jobs if j not in JOBS]
     if unknown or not jobs:
         print(f"isrwatch pipeline: unknown jobs {unknown or jobs}; known: {', '.join(JOBS)}", file=sys.stderr)
         return 2
-    job_args = ["--trigger", args.trigger] if args.trigger else []
-    for flag, value in (("--config", args.config), ("--lakehouse", args.lakehouse), ("--tables", args.tables)):
-        if value:
-            job_args += [flag, value]
-    for item in args.conf:
-        job_args += ["--conf", item]
     try:
-        settings = settings_from_args(build_parser().parse_args(job_args))
+        settings = build_settings(args, jobs)
     except SettingsError as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
     spark = build_spark_session("isrwatch-pipeline", conf=settings.spark)
     try:
-        running = start_validation(spark, settings)
-    except (SchemaDriftError, FileNotFoundError) as e:
+        running, dispatcher = start_jobs(spark, settings, jobs)
+    except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
-    print(f"isrwatch pipeline: {len(running.queries)} validate queries, trigger {settings.validate_.trigger}, "
-          f"lakehouse {settings.lakehouse}", file=sys.stderr)
-    from schemas.bronze import BRONZE_TABLES
-
-    paths = {td.name: td.path(settings.lakehouse) for td in BRONZE_TABLES}
+    print(f"isrwatch pipeline: {len(running)} queries ({', '.join(jobs)}), lakehouse {settings.lakehouse}",
+          file=sys.stderr)
     started = time.monotonic()
+    outcome = _watch(running, args, started)
+    for job in running:
+        job.query.stop()  # an interrupted batch is replayed on restart; its writes are idempotent
+    if dispatcher is not None:
+        dispatcher.wait_idle(30)
+        dispatcher.stop()
+    failed = [j for j in running if j.query.exception() is not None]
+    for job in running:
+        print(f"isrwatch pipeline: {job.name}: {describe(job.stats)}", file=sys.stderr)
+    for job in failed:
+        print(f"isrwatch pipeline: {job.name} FAILED: {str(job.query.exception()).splitlines()[0]}", file=sys.stderr)
+    print(f"isrwatch pipeline: {'FAILED' if failed else outcome} after {time.monotonic() - started:.0f} s",
+          file=sys.stderr)
+    return 1 if failed else 0
+
+
+def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
+    """Print status lines until the queries end, the duration passes, everything is idle, or Ctrl-C."""
     next_status = started + args.status_every
+    paths = sorted({p for j in running for p in j.paths})
     versions: dict[str, int | None] = {}
     changed_at = started
     try:
-        while any(q.isActive for q in running.queries.values()):
+        while any(j.query.isActive for j in running):
             if args.duration is not None and time.monotonic() - started >= args.duration:
-                break
+                return "stopped after --duration"
             if args.stop_when_idle is not None:
-                now_versions = {n: _bronze_version(paths[n]) for n in running.queries}
-                if now_versions != versions:
-                    versions, changed_at = now_versions, time.monotonic()
+                now = {p: table_version(p) for p in paths}
+                if now != versions:
+                    versions, changed_at = now, time.monotonic()
                 elif (time.monotonic() - changed_at >= args.stop_when_idle
-                      and all(versions_behind(q, paths[n]) == 0 for n, q in running.queries.items())):
-                    print("isrwatch pipeline: caught up and bronze idle; stopping", file=sys.stderr)
-                    break
+                      and all(versions_behind(j.query) == 0 for j in running)):
+                    print("isrwatch pipeline: caught up and every table idle; stopping", file=sys.stderr)
+                    return "done"
             time.sleep(0.2)
             if time.monotonic() >= next_status:
                 next_status += args.status_every
-                for name, q in running.queries.items():
-                    print(status_line(name, q, running.validators[name].stats, paths[name]), file=sys.stderr)
+                for job in running:
+                    print(job.status_line(), file=sys.stderr)
     except KeyboardInterrupt:
         print("isrwatch pipeline: stopping (Ctrl-C)", file=sys.stderr)
-    for q in running.queries.values():
-        q.stop()  # an interrupted batch is replayed on restart; its writes are idempotent
-    failed = [n for n, q in running.queries.items() if q.exception() is not None]
-    for name, v in running.validators.items():
-        s = v.stats
-        print(f"isrwatch pipeline: validate {name}: {s.total_in} rows in, {s.total_valid} to silver, "
-              f"{s.total_quarantined} quarantined", file=sys.stderr)
-    for name in failed:
-        print(f"isrwatch pipeline: validate {name} FAILED: {str(running.queries[name].exception()).splitlines()[0]}",
-              file=sys.stderr)
-    print(f"isrwatch pipeline: {'FAILED' if failed else 'done'} after {time.monotonic() - started:.0f} s",
-          file=sys.stderr)
-    return 1 if failed else 0
+        return "stopped (Ctrl-C)"
+    return "done"

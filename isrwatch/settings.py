@@ -58,14 +58,15 @@ class ValidateSettings(BaseModel):
         return v
 
 
-class AlertsSettings(BaseModel):
+class GoldJobSettings(BaseModel):
+    """What every gold streaming job (alerts, posture, slo) shares: trigger, batch cap, maintenance, start-up
+    wait."""
+
     model_config = ConfigDict(extra="forbid")
 
-    rules: str | None = None            # default conf/alerts.yaml
     trigger: Literal["live", "available-now"] = "live"
     trigger_interval: str = "1 second"
     max_files_per_trigger: int = Field(default=1000, ge=1)
-    webhooks: bool = True
     maintain_every_batches: int = Field(default=600, ge=1)
     wait_for_tables_seconds: float = Field(default=300, ge=0)
 
@@ -76,6 +77,21 @@ class AlertsSettings(BaseModel):
         return v
 
 
+class AlertsSettings(GoldJobSettings):
+    rules: str | None = None            # default conf/alerts.yaml
+    webhooks: bool = True
+
+
+class PostureSettings(GoldJobSettings):
+    # p: probability that one broker loses its copy of a partition in the window you reason about (the
+    # seed's worked example uses 2 % per server-year).
+    failure_probability: float = Field(default=0.02, gt=0, lt=1)
+
+
+class SloSettings(GoldJobSettings):
+    specs: str | None = None            # default conf/slos.yaml
+
+
 class PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -84,6 +100,8 @@ class PipelineSettings(BaseModel):
     spark: dict[str, str] = Field(default_factory=dict)
     validate_: ValidateSettings = Field(default_factory=lambda: ValidateSettings.model_validate({}), alias="validate")
     alerts: AlertsSettings = Field(default_factory=lambda: AlertsSettings.model_validate({}))
+    posture: PostureSettings = Field(default_factory=lambda: PostureSettings.model_validate({}))
+    slo: SloSettings = Field(default_factory=lambda: SloSettings.model_validate({}))
 
     @property
     def checkpoint_root(self) -> str:

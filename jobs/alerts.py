@@ -17,8 +17,6 @@ by the dispatcher's recovery from gold.alert_events at the next start.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import threading
 import time
@@ -38,14 +36,17 @@ from pyspark.sql.streaming import StreamingQuery
 
 from isrwatch.alert_config import load_alert_config
 from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
-from isrwatch.settings import PipelineSettings, SettingsError, load_settings, parse_spark_conf
+from isrwatch.settings import PipelineSettings, SettingsError
 from isrwatch.webhook import WebhookDispatcher
+from jobs.streaming import add_common_args, die_here_if_asked, load_job_settings, start_query, union_stream
 from jobs.validate import wait_for_tables
 from pipelines.alert_engine import AlertEngine, EngineState, Transition
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.alert_signals import SOURCES
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
+from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
 from schemas.silver import SILVER_TABLES
+from schemas.table import TableDef
 
 # Silver columns each source needs (the union of all of them is what the streaming query carries).
 SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -54,17 +55,18 @@ SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
     "broker_metrics": ("broker_id", "mbean", "name", "kind", "value", "count"),
     "ack_ledger": ("topic", "partition", "acks", "records_sent", "records_acked", "records_failed", "records_lost"),
     "cluster_events": ("topic", "partition", "event_type", "cause", "records"),
+    "posture_history": ("topic", *SOURCES["posture"].columns),
+    "slo_status": ("slo", *SOURCES["slo_status"].columns),
+}
+# The tables a source may read, by layer and name.
+SOURCE_TABLES: dict[tuple[str, str], TableDef] = {
+    **{("silver", t): td for t, td in SILVER_TABLES.items()},
+    ("gold", "posture_history"): POSTURE_HISTORY, ("gold", "slo_status"): SLO_STATUS,
 }
 
 
 def _ts(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _die_here_if_asked(batch_id: int, point: str) -> None:
-    """Fault injection for the restart test: ISRWATCH_KILL_AT=alerts:<batch>:<point> SIGKILLs us."""
-    if os.environ.get("ISRWATCH_KILL_AT") == f"alerts:{batch_id}:{point}":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datetime) -> list[dict[str, Any]]:
@@ -143,13 +145,13 @@ class AlertEvaluator:
         events = event_rows(transitions, batch_id, evaluated_at)
         write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
                    self.app_id, batch_id)
-        _die_here_if_asked(batch_id, "after_events")
+        die_here_if_asked("alerts", batch_id, "after_events")
         write_once(ALERTS, lake, pa.Table.from_pylist(alert_rows(self.engine, batch_id), schema=ALERTS.arrow_schema),
                    self.app_id, batch_id, mode="overwrite")
         state = [{**r, "batch_id": batch_id} for r in self.engine.state.to_rows()]
         write_once(ALERTS_STATE, lake, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema),
                    self.app_id, batch_id, mode="overwrite")
-        _die_here_if_asked(batch_id, "after_state")
+        die_here_if_asked("alerts", batch_id, "after_state")
         if self.dispatcher is not None:
             self.dispatcher.submit(events)
         if self.on_batch is not None:
@@ -182,58 +184,41 @@ def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertC
     """Load rules and engine state, start the webhook lanes, then the streaming query."""
     a, lake = settings.alerts, settings.lakehouse
     config = config or load_alert_config(a.rules)
-    tables = sorted({SOURCES[r.source].table for r in config.rules})
-    # The validate job creates the silver tables: wait for them as validate waits for bronze.
-    wait_for_tables(spark, {f"silver.{t}": SILVER_TABLES[t].path(lake) for t in tables}, a.wait_for_tables_seconds, log)
-    paths = {t: SILVER_TABLES[t].path(lake) for t in tables}
+    used = sorted({(SOURCES[r.source].layer, SOURCES[r.source].table) for r in config.rules})
+    paths = {t: SOURCE_TABLES[(layer, t)].path(lake) for layer, t in used}
+    # validate creates the silver tables: wait for them as validate waits for bronze. The gold sources
+    # (posture, slo) are created empty if their jobs have not run yet: those rules then stay silent.
+    wait_for_tables(spark, {f"silver.{t}": paths[t] for layer, t in used if layer == "silver"},
+                    a.wait_for_tables_seconds, log)
+    for layer, t in used:
+        if layer == "gold":
+            ensure_table(SOURCE_TABLES[(layer, t)], lake)
     for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
         ensure_table(td, lake)
     state = EngineState.from_rows(read_rows(ALERTS_STATE, lake).to_pylist())
     engine = AlertEngine(config, state)
     dispatcher = WebhookDispatcher(config, lake, log=log).start() if a.webhooks and config.receivers else None
-    streams = []
-    for t in tables:
-        cols = ["run_id", "ts", *SOURCE_COLUMNS[t]]
-        streams.append(spark.readStream.format("delta").option("maxFilesPerTrigger", a.max_files_per_trigger)
-                       .load(paths[t]).select(*cols).withColumn("_source", F.lit(t)))
-    union = streams[0]
-    for s in streams[1:]:
-        union = union.unionByName(s, allowMissingColumns=True)
+    # Gold tables call the cluster `cluster`; the engine keys everything by `run_id`.
+    union = union_stream(spark, {t: (paths[t], ["run_id" if layer == "silver" else F.col("cluster").alias("run_id"),
+                                                "ts", *SOURCE_COLUMNS[t]])
+                                 for layer, t in used}, a.max_files_per_trigger)
     evaluator = AlertEvaluator(settings, config, engine, dispatcher)
-    writer = (union.writeStream.queryName("alerts").foreachBatch(evaluator)
-              .option("checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/alerts"))
-    writer = (writer.trigger(availableNow=True) if a.trigger == "available-now"
-              else writer.trigger(processingTime=a.trigger_interval))
-    query = writer.start()
-    evaluator.query_id = str(query.id)  # kept in the checkpoint: the same after a restart
-    evaluator.started.set()
+    query = start_query(union, "alerts", evaluator, a, settings)
     return RunningAlerts(query, evaluator, dispatcher)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jobs/alerts.py", description=__doc__.split("\n")[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
+    add_common_args(p)
     p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml)")
-    p.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the config)")
-    p.add_argument("--checkpoints", default=None, help="checkpoint root (default <lakehouse>/_checkpoints)")
-    p.add_argument("--trigger", choices=["live", "available-now"], default=None)
-    p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
-    p.add_argument("--max-files-per-trigger", type=int, default=None, help="cap a micro-batch at N files per table")
     p.add_argument("--no-webhooks", action="store_true", help="evaluate and record, deliver nothing")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
     return p
 
 
 def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
-    settings = load_settings(args.config, {
-        "lakehouse": args.lakehouse, "checkpoints": args.checkpoints, "alerts.rules": args.rules,
-        "alerts.trigger": args.trigger, "alerts.trigger_interval": args.trigger_interval,
-        "alerts.webhooks": False if args.no_webhooks else None,
-        "alerts.max_files_per_trigger": args.max_files_per_trigger,
-    })
-    settings.spark.update(parse_spark_conf(args.conf))
-    return settings
+    return load_job_settings(args, "alerts", {"alerts.rules": args.rules,
+                                              "alerts.webhooks": False if args.no_webhooks else None})
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -162,7 +162,8 @@ class AlertEngine:
             missing = [c for c in SOURCES[rule.source].columns if c not in frame.columns]
             frame = frame.assign(ts=frame["ts"].map(to_ms), **dict.fromkeys(missing, np.nan))
             if rule.scope != SOURCES[rule.source].grain:  # a coarser scope: aggregate over its entities
-                numeric = [c for c in frame.columns if c not in keys and c not in ("topic", "partition", "broker_id")]
+                entity = ("topic", "partition", "broker_id", "slo")
+                numeric = [c for c in frame.columns if c not in keys and c not in entity]
                 frame = frame.groupby(keys, as_index=False, sort=True)[numeric].agg(rule.aggregate)
         if rule.window_ms:
             frame = self._windowed(rule, frame, clocks)
@@ -309,9 +310,12 @@ class AlertEngine:
         return alert, self._transition(rule, alert, "pending", status, ts)
 
     def _inhibited(self, rule: Rule, labels: dict[str, str], ts: int) -> bool:
+        """Was an inhibiting alert firing at `ts`? Inhibitors are evaluated first over the whole batch, so
+        one may have resolved after `ts` already: it still counts for what happened before."""
         for inh in rule.inhibited_by:
             for a in self.state.alerts.values():
-                if (a.rule == inh.rule and a.status == "firing" and a.fired_ms is not None and a.fired_ms <= ts
+                if (a.rule == inh.rule and a.fired_ms is not None and a.fired_ms <= ts
+                        and (a.status == "firing" or (a.status == "resolved" and (a.resolved_ms or 0) > ts))
                         and all(a.labels.get(k) == labels.get(k) for k in inh.equal)):
                     return True
         return False

@@ -175,7 +175,7 @@ def _rule(raw: Any, index: int, origin: str) -> Rule:
     labels = raw.get("labels") or {}
     if not isinstance(labels, dict) or not all(isinstance(v, str | int | float) for v in labels.values()):
         raise fail("labels", "expected a mapping of label name to text")
-    reserved = sorted(set(labels) & {"alertname", "severity", "cluster", *SCOPE_KEYS["partition"], "broker_id"})
+    reserved = sorted(set(labels) & {"alertname", "severity", "cluster", *SCOPE_KEYS["partition"], "broker_id", "slo"})
     if reserved:
         raise fail("labels", f"{reserved} are set by isrwatch")
     frame = empty_frame(source, scope)

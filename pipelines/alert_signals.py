@@ -14,11 +14,13 @@ import numpy as np
 import pandas as pd
 
 from broker_emulator.metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
+from schemas.gold_durability import FINDING_COLUMNS
 
 SCOPE_KEYS: dict[str, tuple[str, ...]] = {
     "partition": ("topic", "partition"),
     "topic": ("topic",),
     "broker": ("broker_id",),
+    "slo": ("slo",),
     "cluster": (),
 }
 
@@ -45,13 +47,14 @@ EVENT_COUNT_COLUMNS = {
 
 @dataclass(frozen=True)
 class Source:
-    """A signal source: the silver table it reads, its grain, its columns and how to shape it."""
+    """A signal source: the table it reads, its grain, its columns and how to shape it."""
 
     name: str
     table: str
     grain: str
     columns: dict[str, str]
     shape: Callable[[pd.DataFrame], pd.DataFrame]
+    layer: str = "silver"
 
 
 def _sizes(values: pd.Series) -> pd.Series:
@@ -113,6 +116,27 @@ def shape_cluster_events(rows: pd.DataFrame) -> pd.DataFrame:
     return counts.groupby(["run_id", "ts", "topic", "partition"], as_index=False, sort=True)[cols].sum()
 
 
+def selecting(*columns: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    """Shape for gold sources, already one row per entity and time: keep the columns the source documents."""
+    return lambda rows: rows[["run_id", "ts", *columns]].reset_index(drop=True)
+
+
+_POSTURE_COLUMNS = {
+    "partitions": "partitions of the topic", "replication_factor": "RF (smallest over the partitions)",
+    "configured_min_isr": "min.insync.replicas as configured", "effective_min_isr": "min(min.insync.replicas, RF)",
+    "unclean_leader_election_enable": "unclean leader election enabled", "brokers": "brokers in the cluster",
+    "failure_domains": "fewest failure domains holding one partition's replicas",
+    "partitions_sharing_domain": "partitions with two replicas in one failure domain",
+    "availability_headroom": "max(RF - M, 0)", "zero_loss_tolerance": "M - 1",
+    "p_all_copies_lost": "p ** failure_domains", "finding_count": "number of findings",
+    **{name: doc for name, doc in FINDING_COLUMNS},
+}
+_SLO_STATUS_COLUMNS = {
+    "sli_value": "SLI over the SLO window", "error_budget_remaining": "error budget left (1 = untouched)",
+    **{f"burn_rate_{w}": f"burn rate over {w}" for w in ("5m", "30m", "1h", "6h", "3d")},
+    "page": "a page burn condition holds", "ticket": "a ticket burn condition holds",
+    "objective": "the objective as a fraction",
+}
 _PARTITION_STATE_COLUMNS = {
     "leader": "leader broker id (-1 offline)", "leader_epoch": "leader epoch",
     "partition_epoch": "partition epoch", "configured_min_isr": "min.insync.replicas",
@@ -129,6 +153,10 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         "records_lost": "acknowledged records found lost (emulator ground truth)",
         "acks_all_acked": "records acknowledged to acks=all producers"}, shape_ack_ledger),
     Source("cluster_events", "cluster_events", "partition", EVENT_COUNT_COLUMNS, shape_cluster_events),
+    Source("posture", "posture_history", "topic", _POSTURE_COLUMNS, selecting("topic", *_POSTURE_COLUMNS),
+           layer="gold"),
+    Source("slo_status", "slo_status", "slo", _SLO_STATUS_COLUMNS, selecting("slo", *_SLO_STATUS_COLUMNS),
+           layer="gold"),
     # Computed by the engine from broker_metrics arrivals: a broker that stops reporting has no rows.
     Source("broker_reports", "broker_metrics", "broker", {
         "seconds_since_report": "event time since the broker's last metrics, at the cluster's latest report"},

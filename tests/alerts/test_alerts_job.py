@@ -19,55 +19,32 @@ from typing import Any
 import pytest
 import yaml
 
-from broker_emulator.delta_sink import DeltaSink
-from broker_emulator.scenario import load_scenario, parse_scenario
-from broker_emulator.simulation import Simulation
 from isrwatch.alert_config import load_alert_config
 from isrwatch.delta_io import read_rows
 from isrwatch.settings import load_settings
 from jobs.alerts import start_alerts
 from pipelines.alertmanager import verify
 from schemas.gold import ALERT_EVENTS, ALERTS
+from tests.alerts.conftest import UNCLEAN
 from tests.alerts.receiver import Receiver
-from tests.pipeline.test_validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
-LOSE_TWO: dict[str, Any] = {
-    "name": "lose-two", "seed": 3, "duration": "60s", "flush_every_intervals": 10,
-    "cluster": {"brokers": 3, "racks": ["a", "b", "c"]},
-    "topics": [{"name": "orders", "partitions": 4, "replication.factor": 3, "config": {"min.insync.replicas": 2}}],
-    "workload": {"producers": [{"topic": "orders", "acks": "all", "rate": 50}]},
-    # Broker 2 is down 30 s (fenced: ISR 2 of 3, at min ISR), then broker 3 for 8 s (ISR 1: writes refused).
-    "faults": [{"at": "5s", "kind": "crash", "broker": 2, "duration": "30s"},
-               {"at": "22s", "kind": "crash", "broker": 3, "duration": "8s"}],
-}
-HEALTHY: dict[str, Any] = {**LOSE_TWO, "name": "healthy", "faults": []}
-TABLES = ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", "runs", "topic_configs")
 SECRET = "test-secret"
-UNCLEAN = "unclean-election-loses-d-and-e-s4"
-
-
-@pytest.fixture(scope="module")
-def silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
-    lake = str(tmp_path_factory.mktemp("alerts") / "lakehouse")
-    for raw, run_id in ((HEALTHY, "healthy-s3"), (LOSE_TWO, "lose-two-s3")):
-        Simulation(parse_scenario(raw, "<test>"), DeltaSink(lake, run_id)).run()
-    unclean = load_scenario(ROOT / "conf/scenarios/unclean-election-loses-d-and-e.yaml")
-    Simulation(unclean, DeltaSink(lake, UNCLEAN)).run()
-    validate(spark, lake, TABLES)
-    return lake
 
 
 def rules_file(tmp: Path, url: str) -> str:
     raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
-    raw["receivers"] = [{"name": "test", "url": url, "secret": SECRET, "backoff_initial": "50ms"}]
+    raw["receivers"] = [{"name": "test", "url": url, "secret": SECRET, "backoff_initial": "50ms",
+                         "severities": ["critical", "warning"]}]
     path = tmp / "alerts.yaml"
     path.write_text(yaml.safe_dump(raw))
     return str(path)
 
 
 def copy_lake(src: str, dst: Path) -> str:
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("gold", "_checkpoints"))
+    """Silver and the posture/SLO gold tables, without anything the alerts job wrote."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("alert_events", "alerts", "alerts_engine_state",
+                                                            "deliveries", "_checkpoints"))
     return str(dst)
 
 
@@ -124,9 +101,36 @@ def test_rules_fire_on_their_scenarios_and_webhooks_receive_them(alerted: tuple[
               and e["severity"] in ("critical", "warning")]
     assert [r["headers"]["X-Isrwatch-Delivery"] for r in got] == [f"{i}@test" for i in routed]
     assert all(verify(r["body"], SECRET, r["headers"]["X-Isrwatch-Signature"]) for r in got)
-    # gold.alerts: nothing left firing for lose-two.
+    # gold.alerts: nothing about the cluster's state left firing for lose-two. Its SLO budget is still
+    # burning (the 5-minute window outlasts the 60 s run) and its configuration is what it was.
     current = read_rows(ALERTS, lake).to_pylist()
-    assert not [a for a in current if a["cluster"] == "lose-two-s3" and a["status"] == "firing"]
+    left = sorted(a["rule"] for a in current if a["cluster"] == "lose-two-s3" and a["status"] == "firing")
+    assert left == ["PostureRfEqualsBrokers", "SloBurnRatePage", "SloBurnRateTicket"], left
+    ticket = next(a for a in current if a["cluster"] == "lose-two-s3" and a["rule"] == "SloBurnRateTicket")
+    assert ticket["inhibited"], "the page for the same SLO inhibits its ticket"
+
+
+def test_posture_findings_and_slo_burn_go_through_the_same_lifecycle(alerted: tuple[str, list[Any]]) -> None:
+    lake, got = alerted
+    firing = sorted((e["cluster"], e["rule"], dict(e["labels"]).get("topic") or dict(e["labels"]).get("slo"))
+                    for e in transitions(lake) if e["status"] == "firing"
+                    and (e["rule"].startswith("Posture") or e["rule"].startswith("Slo")))
+    assert firing == [
+        ("lose-two-s3", "PostureRfEqualsBrokers", "orders"),
+        ("lose-two-s3", "SloBurnRatePage", "write-availability"),
+        ("lose-two-s3", "SloBurnRateTicket", "write-availability"),
+        (UNCLEAN, "PostureMinIsrOne", "ledger"),
+        (UNCLEAN, "PostureRfEqualsBrokers", "ledger"),
+        (UNCLEAN, "PostureUncleanElectionEnabled", "ledger"),
+        (UNCLEAN, "SloBurnRatePage", "acked-durability"),
+        (UNCLEAN, "SloBurnRatePage", "multi-copy-acks"),
+        (UNCLEAN, "SloBurnRateTicket", "acked-durability"),
+        (UNCLEAN, "SloBurnRateTicket", "multi-copy-acks"),
+    ], firing
+    # Delivered: the page (critical) and the posture warnings; info findings and inhibited tickets are not.
+    delivered = {(a["labels"]["cluster"], a["labels"]["alertname"]) for r in got for a in r["json"]["alerts"]}
+    assert (UNCLEAN, "SloBurnRatePage") in delivered and (UNCLEAN, "PostureUncleanElectionEnabled") in delivered
+    assert not {d for d in delivered if d[1] in ("PostureRfEqualsBrokers", "SloBurnRateTicket")}
 
 
 def test_killed_alerts_job_restarts_without_duplicate_or_lost_transitions(

@@ -109,6 +109,25 @@ def test_one_offline_partition_on_the_controller_is_one_critical_alert() -> None
     assert sorted(t.rule for t in firing if t.inhibited) == ["PartitionOffline", "UnderMinIsr"]
 
 
+def slo_status(s: float, page: bool, ticket: bool) -> pd.DataFrame:
+    return pd.DataFrame([{"run_id": "c1", "ts": at(s), "slo": "writes", "page": page, "ticket": ticket,
+                          "burn_rate_1h": 20.0, "burn_rate_5m": 20.0, "burn_rate_3d": 2.0,
+                          "error_budget_remaining": 0.5}])
+
+
+def test_an_inhibitor_that_resolves_later_in_the_batch_still_inhibits_what_fired_while_it_fired() -> None:
+    """Inhibiting rules are evaluated over the whole batch first: the page has resolved by the time the
+    ticket is evaluated, yet at the ticket's firing time the page was firing."""
+    e = AlertEngine(CONFIG)
+    ts = e.step({"slo_status": pd.concat([slo_status(0, True, True), slo_status(1, False, False)])})
+    assert [(t.rule, t.status, t.inhibited) for t in ts] == [
+        ("SloBurnRatePage", "firing", False), ("SloBurnRateTicket", "firing", True),
+        ("SloBurnRatePage", "resolved", False), ("SloBurnRateTicket", "resolved", True)]
+    # A ticket that starts after the page resolved is delivered.
+    later = e.step({"slo_status": slo_status(2, False, True)})
+    assert [(t.rule, t.status, t.inhibited) for t in later] == [("SloBurnRateTicket", "firing", False)]
+
+
 def test_active_controller_count_is_summed_over_controllers() -> None:
     e = AlertEngine(CONFIG)
     two = pd.concat([controller(0), controller(0).iloc[[0]].assign(broker_id=3001)])

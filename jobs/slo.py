@@ -1,0 +1,198 @@
+"""Durability SLOs: silver.partition_state / silver.ack_ledger -> gold.slo_timeslices and gold.slo_status.
+
+    spark-submit [--master …] --jars <delta jars> jobs/slo.py [--lakehouse URI] [--slos conf/slos.yaml]
+
+Every micro-batch becomes timeslices (bad and total events per SLO, cluster and metric interval,
+pipelines/slo_math.py); each new interval gets a status row: SLI over the rolling window, error budget
+left, burn rates over 5m/30m/1h/6h/3d, and whether a page or ticket burn condition holds. The alerts job
+reads gold.slo_status and runs those conditions through the same alert lifecycle as every other rule.
+
+Restart: the rolling windows are rebuilt from gold.slo_timeslices (only slices of batches whose status is
+committed), and both writes carry the app transaction (isrwatch-slo/<query id>, batch id), so a batch
+replayed after a crash neither double-counts nor duplicates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pandas as pd
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import functions as F
+
+from isrwatch.delta_io import committed_version, ensure_table, write_once
+from isrwatch.settings import PipelineSettings, SettingsError
+from jobs.streaming import add_common_args, await_job, die_here_if_asked, load_job_settings, start_query, union_stream
+from jobs.validate import wait_for_tables
+from pipelines.slo_math import BudgetSeries, timeslices
+from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError, load_slos
+from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
+from schemas.silver import SILVER_TABLES
+
+DEFAULT_SLOS = Path(__file__).resolve().parent.parent / "conf" / "slos.yaml"
+
+
+def stream_columns(table: str) -> list[Any]:
+    """What the SLIs need from each silver table (a function: Spark columns need a running session)."""
+    if table == "partition_state":
+        return ["run_id", "ts", "topic", "leader", "effective_min_isr", F.size("isr").alias("isr_size")]
+    return ["run_id", "ts", "topic", "acks", "records_acked", "records_lost"]
+
+
+_EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def epoch_ms(ts: pd.Series) -> pd.Series:
+    return (pd.to_datetime(ts, utc=True) - _EPOCH) // pd.Timedelta(milliseconds=1)
+
+
+@dataclass
+class SloStats:
+    batch_id: int = -1
+    slices: int = 0
+    paging: int = 0
+    ticketing: int = 0
+
+
+@dataclass
+class SloEvaluator:
+    settings: PipelineSettings
+    slos: tuple[Slo, ...]
+    series: dict[tuple[str, str], BudgetSeries] = field(default_factory=dict)   # (slo, cluster)
+    restored: bool = False
+    query_id: str | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+    stats: SloStats = field(default_factory=SloStats)
+
+    @property
+    def app_id(self) -> str:
+        return f"isrwatch-slo/{self.query_id}"
+
+    @property
+    def sources(self) -> set[str]:
+        return {s.source for s in self.slos}
+
+    def restore(self, spark: SparkSession) -> None:
+        """Rebuild the rolling windows from the timeslices of batches whose status was committed."""
+        self.restored = True
+        done = committed_version(SLO_STATUS, self.settings.lakehouse, self.app_id)
+        if done < 0:
+            return
+        longest = max(max(s.window_ms for s in self.slos), max(BURN_WINDOWS.values()))
+        path = SLO_TIMESLICES.path(self.settings.lakehouse)
+        rows: Any = (spark.read.format("delta").load(path).where(F.col("slo_batch_id") <= done)
+                .withColumn("_latest", F.max("ts").over(Window.partitionBy("cluster")))
+                .where(F.col("ts") > F.col("_latest") - F.expr(f"INTERVAL {longest // 1000} SECONDS"))
+                .groupBy("slo", "cluster", "ts").agg(F.sum("bad").alias("bad"), F.sum("total").alias("total"))
+                .toPandas())
+        rows["ts"] = epoch_ms(rows["ts"])
+        for (slo, cluster), group in rows.groupby(["slo", "cluster"], sort=True):
+            series = self.series.setdefault((str(slo), str(cluster)), BudgetSeries())
+            series.add(group.sort_values("ts"))
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        lake = self.settings.lakehouse
+        if not self.started.wait(120) or self.query_id is None:
+            raise RuntimeError("slo: query id not set")
+        if committed_version(SLO_STATUS, lake, self.app_id) >= batch_id:
+            return  # applied before a restart; restore() counts its timeslices
+        if not self.restored:  # the app id (query id) is known only once the query runs
+            self.restore(batch.sparkSession)
+        rows: Any = batch.toPandas()
+        rows["ts"] = epoch_ms(rows["ts"])
+        slices_out, status_out = [], []
+        # Every SLO gets a status at every interval its cluster reported, even without events of its own.
+        # partition_state is the clock when it is read: every partition reports every interval, while the
+        # ack ledger is sparse. An ack-ledger slice arriving after its interval's status counts from the next.
+        clock = rows[rows["_source"] == "partition_state"] if "partition_state" in self.sources else rows
+        reported = {str(c): g.unique() for c, g in clock.groupby("run_id", sort=True)["ts"]}
+        for slo in self.slos:
+            slices = timeslices(slo, rows[rows["_source"] == slo.source])
+            by_cluster = {str(c): g for c, g in slices.groupby("run_id", sort=True)}
+            for cluster, points in reported.items():
+                group = by_cluster.get(cluster, slices.iloc[:0])
+                series = self.series.setdefault((slo.name, cluster), BudgetSeries())
+                status = series.evaluate(slo, group, at=points)
+                common = {"slo": slo.name, "cluster": cluster, "sli": slo.sli, "slo_batch_id": batch_id}
+                slices_out.append(group.drop(columns="run_id").assign(**common))
+                status_out.append(status.assign(**common, objective=slo.objective, window=slo.window))
+        self._write(SLO_TIMESLICES, slices_out, batch_id)
+        die_here_if_asked("slo", batch_id, "after_timeslices")
+        self._write(SLO_STATUS, status_out, batch_id)
+        s = self.stats
+        s.batch_id, s.slices = batch_id, s.slices + sum(len(f) for f in slices_out)
+        latest = [f.iloc[-1] for f in status_out if len(f)]
+        s.paging, s.ticketing = sum(bool(r["page"]) for r in latest), sum(bool(r["ticket"]) for r in latest)
+        if batch_id > 0 and batch_id % self.settings.slo.maintain_every_batches == 0:
+            from broker_emulator.delta_sink import compact_and_checkpoint
+
+            compact_and_checkpoint(lake, (SLO_TIMESLICES, SLO_STATUS))
+
+    def _write(self, td: Any, frames: list[pd.DataFrame], batch_id: int) -> None:
+        names = td.arrow_schema.names
+        frame = (pd.concat(frames, ignore_index=True) if frames
+                 else pd.DataFrame({n: pd.Series(dtype="object") for n in names}))
+        if len(frame):
+            frame["ts"] = pd.to_datetime(frame["ts"].astype("int64"), unit="ms", utc=True)
+        table = pa.Table.from_pandas(frame[names], schema=td.arrow_schema, preserve_index=False)
+        write_once(td, self.settings.lakehouse, table, self.app_id, batch_id)
+
+
+def start_slo(spark: SparkSession, settings: PipelineSettings, slos: tuple[Slo, ...] | None = None,
+              log: Any = lambda m: print(m, file=sys.stderr)) -> tuple[Any, SloEvaluator]:
+    job, lake = settings.slo, settings.lakehouse
+    slos = slos or load_slos(job.specs or DEFAULT_SLOS)
+    sources = sorted({s.source for s in slos})
+    paths = {t: SILVER_TABLES[t].path(lake) for t in sources}
+    wait_for_tables(spark, {f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables_seconds, log)
+    for td in (SLO_TIMESLICES, SLO_STATUS):
+        ensure_table(td, lake)
+    stream = union_stream(spark, {t: (paths[t], stream_columns(t)) for t in sources}, job.max_files_per_trigger)
+    evaluator = SloEvaluator(settings, slos)
+    query = start_query(stream, "slo", evaluator, job, settings)
+    return query, evaluator
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="jobs/slo.py", description=__doc__.split("\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    add_common_args(p)
+    p.add_argument("--slos", default=None, help="SLO specs (default conf/slos.yaml)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from isrwatch.spark import build_spark_session
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_job_settings(args, "slo", {"slo.specs": args.slos})
+        slos = load_slos(settings.slo.specs or DEFAULT_SLOS)
+    except (SettingsError, SloConfigError) as e:
+        print(f"slo: {e}", file=sys.stderr)
+        return 2
+    spark = build_spark_session("isrwatch-slo", conf=settings.spark)
+    try:
+        query, evaluator = start_slo(spark, settings, slos)
+    except FileNotFoundError as e:
+        print(f"slo: {e}", file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    s = evaluator.stats
+    return await_job("slo", query, lambda: f"{len(slos)} SLOs, {s.slices} timeslices; {s.paging} paging, "
+                                           f"{s.ticketing} ticketing; {time.monotonic() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

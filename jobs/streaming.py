@@ -1,0 +1,95 @@
+"""What the gold streaming jobs (posture, slo) share: flags, settings overrides, the union query, the wait.
+
+Each job reads a few Delta tables as one streaming union (so one micro-batch id orders everything),
+hands every micro-batch to a driver-side evaluator (a foreachBatch callable), and writes gold with
+app-transaction idempotency (isrwatch/delta_io.write_once), so a micro-batch replayed after a crash
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from isrwatch.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
+
+
+class Evaluator(Protocol):
+    query_id: str | None
+    started: threading.Event
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None: ...
+
+
+def add_common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
+    p.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the config)")
+    p.add_argument("--checkpoints", default=None, help="checkpoint root (default <lakehouse>/_checkpoints)")
+    p.add_argument("--trigger", choices=["live", "available-now"], default=None)
+    p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
+    p.add_argument("--max-files-per-trigger", type=int, default=None, help="cap a micro-batch at N files per table")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
+
+
+def load_job_settings(args: argparse.Namespace, section: str, extra: dict[str, Any] | None = None) -> PipelineSettings:
+    settings = load_settings(args.config, {
+        "lakehouse": args.lakehouse, "checkpoints": args.checkpoints, f"{section}.trigger": args.trigger,
+        f"{section}.trigger_interval": args.trigger_interval,
+        f"{section}.max_files_per_trigger": args.max_files_per_trigger, **(extra or {}),
+    })
+    settings.spark.update(parse_spark_conf(args.conf))
+    return settings
+
+
+def union_stream(spark: SparkSession, tables: dict[str, tuple[str, Sequence[str | Column]]],
+                 max_files: int) -> DataFrame:
+    """One streaming DataFrame over several Delta tables: name -> (path, columns), tagged in `_source`."""
+    frames = [spark.readStream.format("delta").option("maxFilesPerTrigger", max_files).load(path)
+              .select(*cols).withColumn("_source", F.lit(name)) for name, (path, cols) in tables.items()]
+    union = frames[0]
+    for f in frames[1:]:
+        union = union.unionByName(f, allowMissingColumns=True)
+    return union
+
+
+def start_query(stream: DataFrame, name: str, evaluator: Evaluator, job: GoldJobSettings,
+                settings: PipelineSettings) -> StreamingQuery:
+    writer = (stream.writeStream.queryName(name).foreachBatch(evaluator)
+              .option("checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/{name}"))
+    writer = (writer.trigger(availableNow=True) if job.trigger == "available-now"
+              else writer.trigger(processingTime=job.trigger_interval))
+    query = writer.start()
+    evaluator.query_id = str(query.id)  # kept in the checkpoint: the same after a restart
+    evaluator.started.set()
+    return query
+
+
+def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> int:
+    """Wait for the query (available-now ends by itself; Ctrl-C stops a live one); print the outcome."""
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+        print(f"{name}: stopped; a restart resumes where this left off", file=sys.stderr)
+        return 130
+    error = query.exception()
+    if error is not None:
+        print(f"{name}: FAILED: {error}", file=sys.stderr)
+    print(f"{name}: {summary()}", file=sys.stderr)
+    return 1 if error is not None else 0
+
+
+
+def die_here_if_asked(job: str, batch_id: int, point: str) -> None:
+    """Fault injection for the restart tests: ISRWATCH_KILL_AT=<job>:<batch>:<point> SIGKILLs the process."""
+    if os.environ.get("ISRWATCH_KILL_AT") == f"{job}:{batch_id}:{point}":
+        os.kill(os.getpid(), signal.SIGKILL)

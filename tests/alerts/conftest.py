@@ -1,0 +1,62 @@
+"""The lakehouse the alerts, posture and SLO job tests share: three clusters, validated into silver, with
+the posture and SLO jobs run over them (built once for the package: emulating and validating is the slow part).
+
+The clusters: a healthy one, one losing two of three brokers, and the seed's unclean election.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from broker_emulator.delta_sink import DeltaSink
+from broker_emulator.scenario import load_scenario, parse_scenario
+from broker_emulator.simulation import Simulation
+from isrwatch.settings import load_settings
+from jobs.posture import start_posture
+from jobs.slo import start_slo
+from tests.pipeline.test_validate import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+LOSE_TWO: dict[str, Any] = {
+    "name": "lose-two", "seed": 3, "duration": "60s", "flush_every_intervals": 10,
+    "cluster": {"brokers": 3, "racks": ["a", "b", "c"]},
+    "topics": [{"name": "orders", "partitions": 4, "replication.factor": 3, "config": {"min.insync.replicas": 2}}],
+    "workload": {"producers": [{"topic": "orders", "acks": "all", "rate": 50}]},
+    # Broker 2 is down 30 s (fenced: ISR 2 of 3, at min ISR), then broker 3 for 8 s (ISR 1: writes refused).
+    "faults": [{"at": "5s", "kind": "crash", "broker": 2, "duration": "30s"},
+               {"at": "22s", "kind": "crash", "broker": 3, "duration": "8s"}],
+}
+# Four brokers: RF 3 then leaves a spare, so the healthy cluster has no posture finding either.
+HEALTHY: dict[str, Any] = {**LOSE_TWO, "name": "healthy", "faults": [],
+                           "cluster": {"brokers": 4, "racks": ["a", "b", "c"]}}
+TABLES = ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", "runs", "topic_configs")
+UNCLEAN = "unclean-election-loses-d-and-e-s4"
+
+
+@pytest.fixture(scope="package")
+def silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
+    lake = str(tmp_path_factory.mktemp("alerts") / "lakehouse")
+    for raw, run_id in ((HEALTHY, "healthy-s3"), (LOSE_TWO, "lose-two-s3")):
+        Simulation(parse_scenario(raw, "<test>"), DeltaSink(lake, run_id)).run()
+    unclean = load_scenario(ROOT / "conf/scenarios/unclean-election-loses-d-and-e.yaml")
+    Simulation(unclean, DeltaSink(lake, UNCLEAN)).run()
+    # A few files per silver table, so a job reading one file per trigger sees several micro-batches.
+    validate(spark, lake, TABLES, **{"validate.max_files_per_trigger": 4})
+    run_gold_jobs(spark, lake)
+    return lake
+
+
+def run_gold_jobs(spark: Any, lake: str) -> None:
+    """jobs/posture.py and jobs/slo.py over the silver tables, to the end (available-now)."""
+    settings = load_settings(overrides={"lakehouse": lake, "posture.trigger": "available-now",
+                                        "slo.trigger": "available-now", "posture.wait_for_tables_seconds": 0,
+                                        "slo.wait_for_tables_seconds": 0})
+    for start in (start_posture, start_slo):
+        query, _ = start(spark, settings, log=lambda _: None)
+        query.awaitTermination()
+        assert query.exception() is None, query.exception()
+
+
