@@ -160,12 +160,10 @@ def main() -> None:
     try:
         throughput(args.rows, [int(x) for x in args.files_per_trigger.split(",")])
         live(args.live_seconds)
-    finally:  # stop the JVM before the interpreter exits (tearing it down at exit can crash it)
-        from pyspark.sql import SparkSession
+    finally:
+        from isrwatch.spark import stop_active_session
 
-        active = SparkSession.getActiveSession()
-        if active is not None:
-            active.stop()
+        stop_active_session()
 
 
 if __name__ == "__main__":

@@ -67,3 +67,12 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def stop_active_session() -> None:
+    """Stop the JVM before the interpreter exits (tearing it down at exit can crash it)."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        active.stop()

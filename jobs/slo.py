@@ -35,7 +35,7 @@ from isrwatch.delta_io import committed_version, ensure_table, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
 from jobs.streaming import add_common_args, await_job, die_here_if_asked, load_job_settings, start_query, union_stream
 from jobs.validate import wait_for_tables
-from pipelines.slo_math import BudgetSeries, timeslices
+from pipelines.slo_math import BudgetSeries, evaluate_batch
 from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError, load_slos
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
@@ -79,10 +79,6 @@ class SloEvaluator:
     def app_id(self) -> str:
         return f"isrwatch-slo/{self.query_id}"
 
-    @property
-    def sources(self) -> set[str]:
-        return {s.source for s in self.slos}
-
     def restore(self, spark: SparkSession) -> None:
         """Rebuild the rolling windows from the timeslices of batches whose status was committed."""
         self.restored = True
@@ -111,22 +107,7 @@ class SloEvaluator:
             self.restore(batch.sparkSession)
         rows: Any = batch.toPandas()
         rows["ts"] = epoch_ms(rows["ts"])
-        slices_out, status_out = [], []
-        # Every SLO gets a status at every interval its cluster reported, even without events of its own.
-        # partition_state is the clock when it is read: every partition reports every interval, while the
-        # ack ledger is sparse. An ack-ledger slice arriving after its interval's status counts from the next.
-        clock = rows[rows["_source"] == "partition_state"] if "partition_state" in self.sources else rows
-        reported = {str(c): g.unique() for c, g in clock.groupby("run_id", sort=True)["ts"]}
-        for slo in self.slos:
-            slices = timeslices(slo, rows[rows["_source"] == slo.source])
-            by_cluster = {str(c): g for c, g in slices.groupby("run_id", sort=True)}
-            for cluster, points in reported.items():
-                group = by_cluster.get(cluster, slices.iloc[:0])
-                series = self.series.setdefault((slo.name, cluster), BudgetSeries())
-                status = series.evaluate(slo, group, at=points)
-                common = {"slo": slo.name, "cluster": cluster, "sli": slo.sli, "slo_batch_id": batch_id}
-                slices_out.append(group.drop(columns="run_id").assign(**common))
-                status_out.append(status.assign(**common, objective=slo.objective, window=slo.window))
+        slices_out, status_out = evaluate_batch(self.slos, self.series, rows, batch_id)
         self._write(SLO_TIMESLICES, slices_out, batch_id)
         die_here_if_asked("slo", batch_id, "after_timeslices")
         self._write(SLO_STATUS, status_out, batch_id)

@@ -24,6 +24,8 @@ import pandas as pd
 
 from pipelines.slo_spec import BURN_WINDOWS, BurnCondition, Slo
 
+SeriesKey = tuple[str, str]   # (SLO name, cluster)
+
 EXACT_HORIZON_MS = BURN_WINDOWS["6h"]
 BUCKET_MS = 60_000
 SLICE_COLUMNS = ["run_id", "ts", "bad", "total"]
@@ -134,3 +136,31 @@ def breached(status: pd.DataFrame, conditions: tuple[BurnCondition, ...]) -> np.
     for c in conditions:
         fired |= ((status[f"burn_rate_{c.long}"] > c.factor) & (status[f"burn_rate_{c.short}"] > c.factor)).to_numpy()
     return fired
+
+
+def evaluate_batch(slos: tuple[Slo, ...], series: dict[SeriesKey, BudgetSeries], rows: pd.DataFrame,
+                   batch_id: int) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+    """One micro-batch of silver rows (tagged with `_source`, `ts` in epoch ms) -> timeslice and status frames.
+
+    Every SLO gets a status at every interval its cluster reported, even without events of its own:
+    partition_state is the clock when an SLO reads it (every partition reports every interval; the ack
+    ledger is sparse). Slices of a cluster with no clock in this batch are still counted and stored, and
+    show in the statuses of the next batch that has one.
+    """
+    uses_partition_state = any(s.source == "partition_state" for s in slos)
+    clock = rows[rows["_source"] == "partition_state"] if uses_partition_state else rows
+    reported = {str(c): g.unique() for c, g in clock.groupby("run_id", sort=True)["ts"]}
+    slices_out, status_out = [], []
+    for slo in slos:
+        slices = timeslices(slo, rows[rows["_source"] == slo.source])
+        by_cluster = {str(c): g for c, g in slices.groupby("run_id", sort=True)}
+        for cluster in sorted(set(reported) | set(by_cluster)):
+            group = by_cluster.get(cluster, slices.iloc[:0])
+            points = reported.get(cluster, np.array([], dtype=np.int64))
+            status = series.setdefault((slo.name, cluster), BudgetSeries()).evaluate(slo, group, at=points)
+            common = {"slo": slo.name, "cluster": cluster, "sli": slo.sli, "slo_batch_id": batch_id}
+            if len(group):
+                slices_out.append(group.drop(columns="run_id").assign(**common))
+            if len(status):
+                status_out.append(status.assign(**common, objective=slo.objective, window=slo.window))
+    return slices_out, status_out

@@ -211,3 +211,15 @@ def test_a_secret_from_a_missing_environment_variable_is_refused() -> None:
     raw = {**_config(), "receivers": [{"name": "pager", "url": "http://127.0.0.1:1/x", "secret_env": "NOPE"}]}
     with pytest.raises(AlertConfigError, match="receiver 'pager': secret_env: environment variable 'NOPE'"):
         parse_alert_config(raw, "conf/x.yaml", env={})
+
+
+def test_single_copy_acks_fires_on_a_lone_leader_with_min_isr_one_only() -> None:
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"partition_state": partitions(0, {0: 1, 1: 1}, min_isr=1)},
+             {"partition_state": partitions(1, {0: 1, 1: 2}, min_isr=1)})
+    assert [(t.status, t.labels["partition"], t.ts_ms - T0.value // 10**6) for t in of(ts, "SingleCopyAcks")] == [
+        ("firing", "0", 0), ("firing", "1", 0), ("resolved", "1", 1000)]
+    # min ISR 2 refuses the write instead (UnderMinIsr), and RF 1 is a posture finding, not this alert.
+    quiet = run(AlertEngine(CONFIG), {"partition_state": partitions(0, {0: 1}, min_isr=2)},
+                {"partition_state": partitions(1, {0: 1}, rf=1, min_isr=1)})
+    assert of(quiet, "SingleCopyAcks") == []

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pipelines.slo_math import BudgetSeries, timeslices
+from pipelines.slo_math import BudgetSeries, evaluate_batch, timeslices
 from pipelines.slo_spec import Slo, SloConfigError, load_slos, parse_slos
 
 MIN = 60_000
@@ -131,3 +131,23 @@ def test_shipped_slos_parse_with_workbook_defaults() -> None:
     assert [(c.long, c.short, c.factor) for c in w.page] == [("1h", "5m", 14.4), ("6h", "30m", 6.0)]
     assert [(c.long, c.short, c.factor) for c in slos["read-availability"].ticket] == [("3d", "6h", 1.0)]
     assert slos["acked-durability"].acks == ("1", "all")
+
+
+def test_a_batch_with_ledger_rows_but_no_partition_state_still_counts_them() -> None:
+    """validate runs one query per table, so the SLO job can see a cluster's ack ledger before its
+    partition_state: those slices are stored and count in the next statuses."""
+    slos = (slo(name="durable", sli="acked_durability", objective=99.9), slo(name="writes"))
+    series: dict[tuple[str, str], BudgetSeries] = {}
+    ledger = pd.DataFrame({"_source": "ack_ledger", "run_id": "c", "ts": [MIN], "topic": "a", "acks": "all",
+                           "records_acked": [0], "records_lost": [3]})
+    slices_out, status_out = evaluate_batch(slos, series, ledger, 0)
+    assert [(f["slo"].iloc[0], f["bad"].sum()) for f in slices_out] == [("durable", 3.0)]
+    assert status_out == []                                  # no clock yet: nothing to report at
+    state = pd.DataFrame({"_source": "partition_state", "run_id": "c", "ts": [MIN, 2 * MIN], "topic": "a",
+                          "leader": 1, "isr_size": 3, "effective_min_isr": 2})
+    _, status_out = evaluate_batch(slos, series, state, 1)
+    durable = next(f for f in status_out if f["slo"].iloc[0] == "durable")
+    assert list(durable["bad_window"]) == [3.0, 3.0] and list(durable["ts"]) == [MIN, 2 * MIN]
+    assert durable["page"].all()
+    writes = next(f for f in status_out if f["slo"].iloc[0] == "writes")
+    assert list(writes["total_window"]) == [1.0, 2.0] and list(writes["bad_window"]) == [0.0, 0.0]

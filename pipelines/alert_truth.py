@@ -1,0 +1,168 @@
+"""Alerts scored against the emulator's ground truth, per failure class: recall, precision, detection delay.
+
+The truth is read from bronze (partition_state and the ack ledger, which no real cluster can report) and cut
+into episodes; the alerts are the firing intervals in gold.alert_events. Pure pandas: bench/alert_quality.py
+reads the tables and calls `episodes` and `score`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+CLASSES: dict[str, tuple[str, ...]] = {
+    "writes_refused": ("UnderMinIsr",),
+    "acked_data_lost": ("AckedRecordsLost", "UncleanLeaderElection"),
+    "offline_partitions": ("OfflinePartitions", "PartitionOffline"),
+    "single_copy_acks": ("SingleCopyAcks",),
+}
+CLASS_DOCS: dict[str, str] = {
+    "writes_refused": "the partition has a leader and ISR < effective min ISR: acks=all produce is refused",
+    "acked_data_lost": "the ack ledger reports acknowledged records lost (one episode per partition and interval)",
+    "offline_partitions": "the partition has no leader (leader -1): no reads, no writes",
+    "single_copy_acks": "a lone in-sync leader (ISR 1, effective min ISR <= 1, RF > 1) acknowledged acks=all "
+                        "records in the interval",
+}
+CLUSTER_SCOPED = {"OfflinePartitions", "UncleanLeaderElection"}  # their alerts carry no topic/partition label
+
+EPISODE_COLUMNS = ["cls", "cluster", "topic", "partition", "start", "end", "records"]
+INTERVAL_COLUMNS = ["rule", "cluster", "topic", "partition", "fired", "resolved", "inhibited"]
+SUMMARY_COLUMNS = ["cls", "episodes", "detected", "recall", "alerts", "true_alerts", "precision",
+                   "delay_p50_s", "delay_p95_s", "delay_max_s"]
+MATCH_COLUMNS = ["cls", "cluster", "topic", "partition", "start", "end", "detected", "delay_s", "rule"]
+_KEYS = ["run_id", "topic", "partition"]
+_SAMPLE_KEYS = ["run_id", "ts", "topic", "partition"]
+
+
+def _require(frame: pd.DataFrame, columns: Iterable[str], argument: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{argument}: missing column(s) {', '.join(missing)}")
+
+
+def _sizes(values: pd.Series) -> pd.Series:
+    return values.map(lambda v: 0 if v is None else len(v)).astype("int64")
+
+
+def _runs(samples: pd.DataFrame, cond: np.ndarray, cls: str) -> pd.DataFrame:
+    """Maximal runs of consecutive samples where `cond` holds; `samples` sorted by partition then ts."""
+    keys = samples[_KEYS]
+    new_partition = (keys != keys.shift()).any(axis=1).to_numpy()
+    prev = np.concatenate([[False], cond[:-1]]) & ~new_partition
+    run = np.cumsum(cond & ~prev)
+    hit = samples.loc[cond, _SAMPLE_KEYS].assign(run=run[cond])
+    out = hit.groupby("run", sort=False).agg(
+        cluster=("run_id", "first"), topic=("topic", "first"), partition=("partition", "first"),
+        start=("ts", "first"), end=("ts", "last"))
+    return out.reset_index(drop=True).assign(cls=cls, records=0.0)
+
+
+def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame) -> pd.DataFrame:
+    """Ground-truth episodes (`CLASS_DOCS`): cls, cluster, topic, partition, start, end, records (lost, else 0)."""
+    _require(partition_state, [*_SAMPLE_KEYS, "leader", "isr", "effective_min_isr", "replicas"], "partition_state")
+    _require(ack_ledger, [*_SAMPLE_KEYS, "acks", "records_acked", "records_lost"], "ack_ledger")
+    acks_all = (ack_ledger[ack_ledger["acks"] == "all"].astype({"partition": "int64"})
+                .groupby(_SAMPLE_KEYS, as_index=False)["records_acked"].sum()
+                .rename(columns={"records_acked": "acks_all_acked"}))
+    s = (partition_state[[*_SAMPLE_KEYS, "leader", "isr", "effective_min_isr", "replicas"]]
+         .astype({"partition": "int64"})
+         .sort_values([*_KEYS, "ts"], kind="stable")
+         .merge(acks_all, how="left", on=_SAMPLE_KEYS)
+         .reset_index(drop=True))
+    isr, rf = _sizes(s["isr"]).to_numpy(), _sizes(s["replicas"]).to_numpy()
+    led, min_isr = (s["leader"] >= 0).to_numpy(), s["effective_min_isr"].to_numpy()
+    single = led & (isr == 1) & (min_isr <= 1) & (rf > 1) & (s["acks_all_acked"].fillna(0) > 0).to_numpy()
+    parts = [_runs(s, led & (isr < min_isr), "writes_refused"), _runs(s, ~led, "offline_partitions"),
+             _runs(s, single, "single_copy_acks")]
+    lost = (ack_ledger.astype({"partition": "int64"})
+            .groupby(_SAMPLE_KEYS, as_index=False)["records_lost"].sum())
+    lost = lost[lost["records_lost"] > 0]
+    parts.append(pd.DataFrame({"cls": "acked_data_lost", "cluster": lost["run_id"], "topic": lost["topic"],
+                               "partition": lost["partition"], "start": lost["ts"], "end": lost["ts"],
+                               "records": lost["records_lost"].astype("float64")}))
+    out = pd.concat([p[EPISODE_COLUMNS] for p in parts], ignore_index=True)
+    out = out.astype({"partition": "int64", "records": "float64"})
+    return out.sort_values(["cls", "cluster", "topic", "partition", "start"], kind="stable", ignore_index=True)
+
+
+def _labels(value: Any) -> dict[str, str]:
+    """A Delta map as pandas sees it: a dict, or a list of (key, value) pairs (pyarrow)."""
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return dict(value)
+    return {k: v for k, v in value}
+
+
+def firing_intervals(alert_events: pd.DataFrame) -> pd.DataFrame:
+    """One row per firing transition: rule, cluster, topic, partition, fired, resolved (NaT if open), inhibited.
+
+    Each firing is paired with the next `resolved` event of the same fingerprint (events ordered by ts, then input).
+    """
+    _require(alert_events, ["status", "rule", "fingerprint", "cluster", "labels", "ts", "inhibited"], "alert_events")
+    e = alert_events.reset_index(drop=True).sort_values("ts", kind="stable")
+    resolved_ts = e["ts"].where(e["status"] == "resolved")
+    next_resolved = resolved_ts.groupby(e["fingerprint"]).bfill()
+    firing = e["status"] == "firing"
+    f, labels = e[firing], e.loc[firing, "labels"].map(_labels)
+    partition = labels.map(lambda d: int(d["partition"]) if d.get("partition") is not None else None)
+    out = pd.DataFrame({
+        "rule": f["rule"], "cluster": f["cluster"], "topic": labels.map(lambda d: d.get("topic")),
+        "partition": partition.astype(object), "fired": f["ts"], "resolved": next_resolved[firing],
+        "inhibited": f["inhibited"].fillna(False).astype(bool)})
+    return out.reset_index(drop=True)[INTERVAL_COLUMNS]
+
+
+def _matches(eps: pd.DataFrame, alerts: pd.DataFrame, grace: pd.Timedelta) -> pd.DataFrame:
+    """(episode id, alert id, fired, rule) for every alert interval overlapping an episode's graced window."""
+    e = eps[["cluster", "topic", "partition", "start", "end"]].rename_axis("eid").reset_index()
+    a = alerts.rename_axis("aid").reset_index()
+    scoped = a["rule"].isin(CLUSTER_SCOPED)
+    per_part = a[~scoped & a["topic"].notna() & a["partition"].notna()].astype({"partition": "int64"})
+    pairs = pd.concat([
+        e.merge(per_part, on=["cluster", "topic", "partition"]),
+        e.merge(a[scoped].drop(columns=["topic", "partition"]), on="cluster"),
+    ], ignore_index=True)
+    if not len(pairs):
+        return pd.DataFrame(columns=["eid", "aid", "fired", "rule", "start"])
+    overlap = (pairs["fired"] <= pairs["end"] + grace) & (
+        pairs["resolved"].isna() | (pairs["resolved"] >= pairs["start"] - grace))
+    return pairs.loc[overlap, ["eid", "aid", "fired", "rule", "start"]]
+
+
+def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
+          grace_ms: int = 15_000) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(summary per class, matches per episode): an alert of a class's rules matches an episode of the class in
+    its cluster (and partition, unless the rule is cluster-scoped) when [fired, resolved or +inf] overlaps
+    [start - grace, end + grace]. Inhibited alerts count: they were evaluated and recorded."""
+    _require(episodes, ["cls", "cluster", "topic", "partition", "start", "end"], "episodes")
+    if grace_ms < 0:
+        raise ValueError(f"grace_ms: must be >= 0, got {grace_ms}")
+    intervals = firing_intervals(alert_events)
+    grace = pd.Timedelta(milliseconds=grace_ms)
+    rows, per_episode = [], []
+    for cls, rules in CLASSES.items():
+        eps = episodes[episodes["cls"] == cls].reset_index(drop=True)
+        alerts = intervals[intervals["rule"].isin(rules)].reset_index(drop=True)
+        m = _matches(eps, alerts, grace)
+        first = m.sort_values(["eid", "fired", "rule"], kind="stable").drop_duplicates("eid").set_index("eid")
+        delay = ((first["fired"] - first["start"]).dt.total_seconds().clip(lower=0.0)
+                 if len(first) else pd.Series(dtype="float64"))
+        idx = pd.RangeIndex(len(eps))
+        detected = idx.isin(first.index)
+        per_episode.append(eps[["cls", "cluster", "topic", "partition", "start", "end"]].assign(
+            detected=detected, delay_s=delay.reindex(idx).astype("float64").to_numpy(),
+            rule=first["rule"].reindex(idx).astype(object).where(detected, None).to_numpy()))
+        d = delay.to_numpy(dtype="float64")
+        n_eps, n_det, n_alerts, n_true = len(eps), int(detected.sum()), len(alerts), int(m["aid"].nunique())
+        rows.append({
+            "cls": cls, "episodes": n_eps, "detected": n_det, "recall": n_det / n_eps if n_eps else np.nan,
+            "alerts": n_alerts, "true_alerts": n_true, "precision": n_true / n_alerts if n_alerts else np.nan,
+            "delay_p50_s": float(np.percentile(d, 50)) if len(d) else np.nan,
+            "delay_p95_s": float(np.percentile(d, 95)) if len(d) else np.nan,
+            "delay_max_s": float(d.max()) if len(d) else np.nan})
+    matches = pd.concat(per_episode, ignore_index=True)[MATCH_COLUMNS]
+    return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), matches

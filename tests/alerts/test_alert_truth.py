@@ -1,0 +1,201 @@
+"""Alert quality against ground truth on hand-built frames: episodes cut from bronze rows, firing intervals
+from alert events, and the score (recall, precision, detection delay, grace window)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pipelines.alert_truth import CLASSES, CLUSTER_SCOPED, episodes, firing_intervals, score
+
+T0 = pd.Timestamp("2026-01-01T00:00:00Z")
+
+
+def at(s: float) -> pd.Timestamp:
+    return T0 + pd.Timedelta(seconds=s)
+
+
+def state(s: float, isr: int, leader: int = 1, min_isr: int = 2, rf: int = 3, partition: int = 0,
+          run: str = "c1") -> dict[str, Any]:
+    return {"run_id": run, "ts": at(s), "topic": "t", "partition": partition, "leader": leader,
+            "isr": np.arange(1, isr + 1), "effective_min_isr": min_isr, "replicas": list(range(1, rf + 1))}
+
+
+def ack(s: float, acks: str, acked: int = 0, lost: int = 0, partition: int = 0) -> dict[str, Any]:
+    return {"run_id": "c1", "ts": at(s), "topic": "t", "partition": partition, "acks": acks,
+            "records_acked": acked, "records_lost": lost}
+
+
+NO_ACKS = pd.DataFrame([ack(0, "all")]).iloc[:0]
+
+
+def spans(eps: pd.DataFrame, cls: str) -> list[tuple[int, pd.Timestamp, pd.Timestamp]]:
+    e = eps[eps["cls"] == cls]
+    return list(zip(e["partition"], e["start"], e["end"], strict=True))
+
+
+def test_isr_dip_below_min_isr_is_one_writes_refused_episode() -> None:
+    eps = episodes(pd.DataFrame([state(s, isr) for s, isr in enumerate([3, 1, 1, 3])]), NO_ACKS)
+    assert spans(eps, "writes_refused") == [(0, at(1), at(2))]
+    assert list(eps["cls"]) == ["writes_refused"]
+    assert str(eps["start"].dt.tz) == "UTC"
+
+
+def test_two_dips_are_two_episodes_and_partitions_never_merge() -> None:
+    rows = [state(s, isr) for s, isr in enumerate([1, 3, 1, 1, 3, 1])]
+    rows += [state(s, isr, partition=1) for s, isr in enumerate([1, 3])]
+    eps = episodes(pd.DataFrame(rows[::-1]), NO_ACKS)  # unsorted input
+    assert spans(eps, "writes_refused") == [(0, at(0), at(0)), (0, at(2), at(3)), (0, at(5), at(5)),
+                                            (1, at(0), at(0))]
+
+
+def test_offline_run_is_offline_not_writes_refused() -> None:
+    rows = [state(0, 3), state(1, 0, leader=-1), state(2, 0, leader=-1), state(3, 1), state(4, 3)]
+    eps = episodes(pd.DataFrame(rows), NO_ACKS)
+    assert spans(eps, "offline_partitions") == [(0, at(1), at(2))]
+    assert spans(eps, "writes_refused") == [(0, at(3), at(3))]
+
+
+def test_single_copy_acks_only_in_samples_with_acks_all_traffic() -> None:
+    rows = [state(s, 1, min_isr=1) for s in range(5)]
+    acks = [ack(0, "all", 5), ack(1, "all", 5), ack(2, "1", 5), ack(2, "all", 0), ack(3, "all", 5)]
+    eps = episodes(pd.DataFrame(rows), pd.DataFrame(acks))
+    assert spans(eps, "single_copy_acks") == [(0, at(0), at(1)), (0, at(3), at(3))]
+
+
+def test_rf_one_partition_is_never_single_copy() -> None:
+    rows = [state(s, 1, min_isr=1, rf=1) for s in range(3)]
+    eps = episodes(pd.DataFrame(rows), pd.DataFrame([ack(s, "all", 5) for s in range(3)]))
+    assert eps.empty
+
+
+def test_acked_loss_is_summed_over_acks_levels() -> None:
+    acks = [ack(5, "1", 10, lost=2), ack(5, "all", 10, lost=3), ack(6, "all", 10), ack(7, "0", 1, lost=1)]
+    eps = episodes(pd.DataFrame([state(5, 3)]), pd.DataFrame(acks))
+    lost = eps[eps["cls"] == "acked_data_lost"]
+    assert list(zip(lost["start"], lost["end"], lost["records"], strict=True)) == [(at(5), at(5), 5.0),
+                                                                                   (at(7), at(7), 1.0)]
+
+
+def ep(cls: str, start: float, end: float, partition: int = 0, cluster: str = "c1") -> dict[str, Any]:
+    return {"cls": cls, "cluster": cluster, "topic": "t", "partition": partition, "start": at(start),
+            "end": at(end), "records": 0.0}
+
+
+def alert(rule: str, fired: float, resolved: float | None = None, partition: int = 0, cluster: str = "c1",
+          inhibited: bool = False, as_tuples: bool = False) -> list[dict[str, Any]]:
+    labels = {"alertname": rule, "cluster": cluster}
+    if rule not in CLUSTER_SCOPED:
+        labels |= {"topic": "t", "partition": str(partition)}
+    fp = "|".join(f"{k}={v}" for k, v in sorted(labels.items()))
+    base = {"rule": rule, "fingerprint": fp, "cluster": cluster, "inhibited": inhibited,
+            "labels": list(labels.items()) if as_tuples else labels}
+    events = [{**base, "status": "firing", "ts": at(fired)}]
+    return events + ([{**base, "status": "resolved", "ts": at(resolved)}] if resolved is not None else [])
+
+
+def run(eps: list[dict[str, Any]], *alerts: list[dict[str, Any]], grace_ms: int = 15_000,
+        ) -> tuple[pd.Series, pd.DataFrame]:
+    """Score, returning the summary row of the first episode's class and the matches."""
+    events = pd.DataFrame([e for a in alerts for e in a],
+                          columns=["status", "rule", "fingerprint", "cluster", "labels", "ts", "inhibited"])
+    summary, matches = score(pd.DataFrame(eps), events, grace_ms)
+    assert list(summary["cls"]) == list(CLASSES)
+    return summary.set_index("cls").loc[eps[0]["cls"]], matches
+
+
+def test_alert_firing_one_second_after_start_detects_with_delay_one() -> None:
+    row, matches = run([ep("writes_refused", 10, 20)], alert("UnderMinIsr", 11, 21))
+    assert (row["episodes"], row["detected"], row["recall"], row["precision"]) == (1, 1, 1.0, 1.0)
+    assert (row["delay_p50_s"], row["delay_max_s"]) == (1.0, 1.0)
+    assert matches[["detected", "delay_s", "rule"]].to_dict("records") == [
+        {"detected": True, "delay_s": 1.0, "rule": "UnderMinIsr"}]
+
+
+def test_alert_on_another_partition_is_a_false_positive() -> None:
+    row, _ = run([ep("writes_refused", 10, 20)], alert("UnderMinIsr", 11, 21),
+                 alert("UnderMinIsr", 11, 21, partition=1))
+    assert (row["alerts"], row["true_alerts"], row["precision"]) == (2, 1, 0.5)
+
+
+def test_cluster_scoped_alert_matches_a_partition_offline_episode() -> None:
+    row, matches = run([ep("offline_partitions", 10, 20, partition=3)], alert("OfflinePartitions", 12, 22),
+                       alert("OfflinePartitions", 12, cluster="c2"))
+    assert (row["detected"], row["true_alerts"], row["precision"]) == (1, 1, 0.5)
+    assert matches.loc[0, "delay_s"] == 2.0
+
+
+def test_inhibited_alert_counts_and_earliest_rule_is_reported() -> None:
+    row, matches = run([ep("offline_partitions", 10, 20)], alert("OfflinePartitions", 13),
+                       alert("PartitionOffline", 12, inhibited=True))
+    assert (row["true_alerts"], row["precision"]) == (2, 1.0)
+    assert (matches.loc[0, "rule"], matches.loc[0, "delay_s"]) == ("PartitionOffline", 2.0)
+
+
+def test_alert_already_firing_at_episode_start_has_zero_delay() -> None:
+    _, matches = run([ep("writes_refused", 10, 20)], alert("UnderMinIsr", 5))
+    assert matches.loc[0, "delay_s"] == 0.0
+
+
+def test_missed_episode_lowers_recall_and_delays_are_over_detected_ones() -> None:
+    eps = [ep("writes_refused", 10, 20), ep("writes_refused", 100, 110), ep("writes_refused", 10, 20, partition=1)]
+    row, matches = run(eps, alert("UnderMinIsr", 11, 21), alert("UnderMinIsr", 103, 111))
+    assert (row["episodes"], row["detected"], row["recall"]) == (3, 2, 2 / 3)
+    assert (row["delay_p50_s"], row["delay_p95_s"], row["delay_max_s"]) == (2.0, pytest.approx(2.9), 3.0)
+    missed = matches[~matches["detected"]]
+    assert list(missed["partition"]) == [1]
+    assert math.isnan(missed["delay_s"].iloc[0])
+    assert missed["rule"].iloc[0] is None
+
+
+@pytest.mark.parametrize(("fired", "resolved", "detected"), [
+    (35, None, True), (35.001, None, False),   # end + grace
+    (-20, -5, True), (-20, -5.001, False),      # start - grace
+])
+def test_grace_window_boundaries(fired: float, resolved: float | None, detected: bool) -> None:
+    row, _ = run([ep("writes_refused", 10, 20)], alert("UnderMinIsr", fired, resolved))
+    assert row["detected"] == int(detected)
+
+
+def test_zero_grace_and_negative_grace() -> None:
+    row, _ = run([ep("writes_refused", 10, 20)], alert("UnderMinIsr", 20.5), grace_ms=0)
+    assert row["detected"] == 0
+    with pytest.raises(ValueError, match="grace_ms"):
+        run([ep("writes_refused", 10, 20)], grace_ms=-1)
+
+
+def test_labels_as_list_of_tuples() -> None:
+    row, _ = run([ep("acked_data_lost", 10, 10, partition=2)], alert("AckedRecordsLost", 10, 11, partition=2,
+                                                                     as_tuples=True))
+    assert (row["detected"], row["precision"]) == (1, 1.0)
+
+
+def test_class_without_episodes_or_alerts_has_nan_recall_and_precision() -> None:
+    summary, _ = score(pd.DataFrame([ep("writes_refused", 10, 20)]), pd.DataFrame(alert("UnderMinIsr", 11)))
+    empty = summary.set_index("cls").loc["single_copy_acks"]
+    assert (empty["episodes"], empty["alerts"]) == (0, 0)
+    assert all(math.isnan(empty[c]) for c in ("recall", "precision", "delay_p50_s", "delay_p95_s", "delay_max_s"))
+
+
+def test_firing_paired_with_next_resolved_of_same_fingerprint() -> None:
+    events = alert("UnderMinIsr", 10, 20) + alert("UnderMinIsr", 30) + alert("UnderMinIsr", 15, 25, partition=1)
+    intervals = firing_intervals(pd.DataFrame(events[::-1]))
+    got = intervals.sort_values("fired")[["partition", "fired", "resolved"]].to_numpy().tolist()
+    assert got == [[0, at(10), at(20)], [1, at(15), at(25)], [0, at(30), pd.NaT]]
+    scoped = firing_intervals(pd.DataFrame(alert("OfflinePartitions", 1)))
+    assert (scoped.loc[0, "topic"], scoped.loc[0, "partition"]) == (None, None)
+
+
+def test_missing_columns_name_the_argument() -> None:
+    with pytest.raises(ValueError, match=r"partition_state: missing column.* isr"):
+        episodes(pd.DataFrame([state(0, 3)]).drop(columns="isr"), NO_ACKS)
+    with pytest.raises(ValueError, match=r"ack_ledger: missing column.* records_lost"):
+        episodes(pd.DataFrame([state(0, 3)]), NO_ACKS.drop(columns="records_lost"))
+    with pytest.raises(ValueError, match=r"episodes: missing column.* end"):
+        score(pd.DataFrame([ep("writes_refused", 1, 2)]).drop(columns="end"), pd.DataFrame(alert("UnderMinIsr", 1)))
+    with pytest.raises(ValueError, match=r"alert_events: missing column.* labels"):
+        firing_intervals(pd.DataFrame(alert("UnderMinIsr", 1)).drop(columns="labels"))

@@ -1,0 +1,89 @@
+"""`isrwatch pipeline run` end to end (in-process, on the test session's Spark) and `isrwatch webhook-receiver`."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from deltalake import DeltaTable
+
+from isrwatch.cli import main
+from isrwatch.webhook_receiver import WebhookPrinter
+from schemas.gold import ALERT_EVENTS, DELIVERIES
+from schemas.gold_durability import POSTURE, SLO_STATUS
+from schemas.silver import SILVER_TABLES
+from tests.alerts.receiver import Receiver
+from tests.pipeline.helpers import emulate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    lake = str(tmp_path / "lakehouse")
+    # Broker 2 is down from 2 s to 28 s of a 30 s run: fenced, its partitions at min ISR, silent for > 15 s.
+    emulate(lake, duration="30s", faults=[{"at": "2s", "kind": "crash", "broker": 2, "duration": "26s"}])
+    receiver = Receiver().start()
+    rules = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    rules["receivers"] = [{"name": "r", "url": receiver.url, "backoff_initial": "50ms"}]
+    (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(rules))
+    try:
+        code = main(["pipeline", "run", "--lakehouse", lake, "--trigger", "available-now", "--status-every", "600",
+                     "--rules", str(tmp_path / "alerts.yaml")])
+    finally:
+        receiver.stop()
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert "isrwatch pipeline: 10 queries (validate, posture, slo, alerts)" in err and "done after" in err
+    n_state = DeltaTable(SILVER_TABLES["partition_state"].path(lake)).to_pyarrow_table().num_rows
+    assert n_state > 0
+    assert DeltaTable(POSTURE.path(lake)).to_pandas()["topic"].tolist() == ["t"]
+    # Every silver interval has a status row per SLO (four SLOs), since posture/slo ran after validate.
+    status = DeltaTable(SLO_STATUS.path(lake)).to_pandas()
+    assert len(status) == 4 * status["ts"].nunique() and status["ts"].nunique() == n_state // 4
+    events = DeltaTable(ALERT_EVENTS.path(lake)).to_pandas()
+    fired = set(events.loc[events["status"] == "firing", "rule"])
+    assert {"AtMinIsr", "BrokerNotReporting", "PostureRfEqualsBrokers"} <= fired, fired
+    delivered = DeltaTable(DELIVERIES.path(lake)).to_pandas()
+    assert len(delivered) > 0 and set(delivered["outcome"]) == {"delivered"}
+    assert len(receiver.delivered()) == len(delivered)
+
+
+def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:
+    assert main(["pipeline", "run", "--jobs", "validate,nope"]) == 2
+    assert "unknown jobs ['nope']; known: validate, posture, slo, alerts" in capsys.readouterr().err
+
+
+def _message(status: str = "firing") -> bytes:
+    alert = {"status": status, "labels": {"alertname": "UnderMinIsr", "severity": "critical", "cluster": "c1",
+                                          "topic": "t", "partition": "3"},
+             "annotations": {"summary": "t-3: ISR 1 below min.insync.replicas 2"}}
+    return json.dumps({"version": "4", "status": status, "alerts": [alert]}).encode()
+
+
+@pytest.mark.parametrize(("secret", "signed_with", "body", "status", "line"), [
+    (None, None, _message(), 200,
+     "webhook  FIRING   critical UnderMinIsr              c1 topic=t partition=3  t-3: ISR 1 below "
+     "min.insync.replicas 2"),
+    ("s3cret", "s3cret", _message("resolved"), 200, "webhook  RESOLVED critical UnderMinIsr"),
+    ("s3cret", "wrong", _message(), 401, "webhook  REJECTED: bad or missing X-Isrwatch-Signature"),
+    (None, None, b'{"version": "3", "alerts": []}', 400, "webhook  REJECTED: not an Alertmanager version 4 payload"),
+    (None, None, b"not json", 400, "webhook  REJECTED: "),
+])
+def test_webhook_receiver_prints_verifies_and_rejects(secret: str | None, signed_with: str | None, body: bytes,
+                                                      status: int, line: str) -> None:
+    out = io.StringIO()
+    printer = WebhookPrinter(0, secret, out)
+    try:
+        signature = None if signed_with is None else \
+            "sha256=" + hmac.new(signed_with.encode(), body, hashlib.sha256).hexdigest()
+        assert printer.handle(body, signature) == status
+    finally:
+        printer.server.server_close()
+    assert out.getvalue().startswith(line), out.getvalue()
+    assert printer.received == (1 if status == 200 else 0)
