@@ -223,3 +223,21 @@ def test_single_copy_acks_fires_on_a_lone_leader_with_min_isr_one_only() -> None
     quiet = run(AlertEngine(CONFIG), {"partition_state": partitions(0, {0: 1}, min_isr=2)},
                 {"partition_state": partitions(1, {0: 1}, rf=1, min_isr=1)})
     assert of(quiet, "SingleCopyAcks") == []
+
+
+def posture(s: float, **findings: bool) -> pd.DataFrame:
+    flags = {f"finding_{k}": False for k in ("min_isr_above_rf", "min_isr_one", "rf_below_3", "rf2_trap",
+                                              "unclean_enabled", "shared_failure_domain", "rf_equals_brokers")}
+    flags.update({f"finding_{k}": v for k, v in findings.items()})
+    return pd.DataFrame([{"run_id": "c1", "ts": at(s), "topic": "t", "replication_factor": 3,
+                          "configured_min_isr": 1, "effective_min_isr": 1, "partitions": 4, "brokers": 3,
+                          "failure_domains": 3, "partitions_sharing_domain": 0, "availability_headroom": 2,
+                          "zero_loss_tolerance": 0, "p_all_copies_lost": 8e-6, "finding_count": 1, **flags}])
+
+
+def test_a_posture_finding_fires_while_the_config_holds_and_resolves_after_a_change() -> None:
+    e = AlertEngine(CONFIG)
+    ts = run(e, {"posture": posture(0, min_isr_one=True)}, {"posture": posture(60, min_isr_one=False)})
+    assert [(t.rule, t.status, t.ts_ms - T0.value // 10**6) for t in ts] == [
+        ("PostureMinIsrOne", "firing", 0), ("PostureMinIsrOne", "resolved", 60_000)]
+    assert ts[0].labels["topic"] == "t" and ts[0].severity == "warning"
