@@ -75,6 +75,7 @@ class EngineState:
     last_seen: dict[str, int] = field(default_factory=dict)                # key: cluster/broker_id
     windows: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # key: rule/fingerprint
     window_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    last_hw: dict[str, dict[str, int]] = field(default_factory=dict)      # cluster -> topic/partition -> HW
 
     def to_rows(self) -> list[dict[str, str]]:
         rows = [{"kind": "alert", "key": k, "state": json.dumps(asdict(a), sort_keys=True)}
@@ -82,6 +83,8 @@ class EngineState:
         rows += [{"kind": "last_seen", "key": k, "state": json.dumps(v)} for k, v in sorted(self.last_seen.items())]
         rows += [{"kind": "window", "key": k, "state": json.dumps({"samples": v, "labels": self.window_labels[k]})}
                  for k, v in sorted(self.windows.items()) if v]
+        rows += [{"kind": "last_hw", "key": c, "state": json.dumps(v, sort_keys=True)}
+                 for c, v in sorted(self.last_hw.items())]
         return rows
 
     @classmethod
@@ -96,6 +99,8 @@ class EngineState:
             elif r["kind"] == "window":
                 s.windows[r["key"]] = [(int(t), dict(v)) for t, v in data["samples"]]
                 s.window_labels[r["key"]] = dict(data["labels"])
+            elif r["kind"] == "last_hw":
+                s.last_hw[r["key"]] = {k: int(v) for k, v in data.items()}
         return s
 
 
@@ -140,6 +145,8 @@ class AlertEngine:
     def step(self, frames: dict[str, pd.DataFrame]) -> list[Transition]:
         """Evaluate every rule on one batch of shaped frames; return the transitions, in event-time order."""
         frames = dict(frames)
+        if "partition_state" in frames:
+            frames["partition_state"] = self._with_hw_advance(frames["partition_state"])
         if "broker_metrics" in frames:
             frames["broker_reports"] = self._broker_reports(frames["broker_metrics"])
         clocks = _clocks(frames)
@@ -215,6 +222,22 @@ class AlertEngine:
 
     def _has_windows(self, rule: Rule) -> bool:
         return any(k.startswith(f"{rule.name}/") for k in self.state.windows)
+
+    def _with_hw_advance(self, states: pd.DataFrame) -> pd.DataFrame:
+        """Add `hw_advance`: how far each partition's HW moved since its previous sample (records committed
+        in the interval), carrying each partition's last HW across micro-batches in the engine state."""
+        keys = ["run_id", "topic", "partition"]
+        f = states.sort_values([*keys, "ts"], kind="stable").reset_index(drop=True)
+        entity = f["topic"].astype(str) + "/" + f["partition"].astype("int64").astype(str)
+        previous = f.groupby(keys, sort=False)["high_watermark"].shift(1).astype("float64")
+        first = previous.isna().to_numpy()
+        previous[first] = [self.state.last_hw.get(str(c), {}).get(k, np.nan)
+                           for c, k in zip(f.loc[first, "run_id"], entity[first], strict=True)]
+        f["hw_advance"] = (f["high_watermark"] - previous).clip(lower=0).fillna(0.0)
+        latest = f.groupby(keys, sort=False).tail(1)
+        for cluster, key, hw in zip(latest["run_id"], entity[latest.index], latest["high_watermark"], strict=True):
+            self.state.last_hw.setdefault(str(cluster), {})[key] = int(hw)
+        return f
 
     def _broker_reports(self, metrics: pd.DataFrame) -> pd.DataFrame:
         """For each time a cluster reported, how long since each known broker last did."""

@@ -143,6 +143,7 @@ _PARTITION_STATE_COLUMNS = {
     "effective_min_isr": "min(min.insync.replicas, replication factor)", "high_watermark": "leader HW",
     "isr_size": "replicas in the ISR", "replication_factor": "assigned replicas", "elr_size": "ELR size",
     "offline": "no leader", "recovering": "leader recovery state is RECOVERING (after an unclean election)",
+    "hw_advance": "how far the HW moved since the partition's previous sample: records committed in the interval",
 }
 SOURCES: dict[str, Source] = {s.name: s for s in (
     Source("partition_state", "partition_state", "partition", _PARTITION_STATE_COLUMNS, shape_partition_state),

@@ -21,12 +21,12 @@ def at(s: float) -> pd.Timestamp:
 
 
 def partitions(s: float, isr: dict[int, int], rf: int = 3, min_isr: int = 2, topic: str = "t",
-               leader: dict[int, int] | None = None, n: int | None = None) -> pd.DataFrame:
-    """partition_state samples at second `s`: partition -> ISR size (others fully in sync)."""
+               leader: dict[int, int] | None = None, n: int | None = None, hw: int = 0) -> pd.DataFrame:
+    """partition_state samples at second `s`: partition -> ISR size (others fully in sync), every HW at `hw`."""
     count = n if n is not None else max(isr) + 1
     rows = [{"run_id": "c1", "ts": at(s), "topic": topic, "partition": p, "leader": (leader or {}).get(p, 1),
              "leader_epoch": 0, "partition_epoch": 0, "configured_min_isr": min_isr, "effective_min_isr": min_isr,
-             "high_watermark": 0, "isr_size": isr.get(p, rf), "replication_factor": rf, "elr_size": 0,
+             "high_watermark": hw, "isr_size": isr.get(p, rf), "replication_factor": rf, "elr_size": 0,
              "offline": (leader or {}).get(p, 1) < 0, "recovering": False} for p in range(count)]
     return pd.DataFrame(rows)
 
@@ -213,15 +213,25 @@ def test_a_secret_from_a_missing_environment_variable_is_refused() -> None:
         parse_alert_config(raw, "conf/x.yaml", env={})
 
 
-def test_single_copy_acks_fires_on_a_lone_leader_with_min_isr_one_only() -> None:
+def test_single_copy_acks_fires_when_a_lone_leader_commits_with_min_isr_one() -> None:
     e = AlertEngine(CONFIG)
-    ts = run(e, {"partition_state": partitions(0, {0: 1, 1: 1}, min_isr=1)},
-             {"partition_state": partitions(1, {0: 1, 1: 2}, min_isr=1)})
-    assert [(t.status, t.labels["partition"], t.ts_ms - T0.value // 10**6) for t in of(ts, "SingleCopyAcks")] == [
-        ("firing", "0", 0), ("firing", "1", 0), ("resolved", "1", 1000)]
+    ts = run(e, {"partition_state": partitions(0, {0: 1, 1: 1}, min_isr=1, hw=10)},   # first sample: no history
+             {"partition_state": partitions(1, {0: 1, 1: 1}, min_isr=1, hw=25)},   # 15 records on one copy
+             {"partition_state": partitions(2, {0: 1, 1: 2}, min_isr=1, hw=40)},
+             {"partition_state": partitions(3, {0: 1, 1: 2}, min_isr=1, hw=40)})   # no writes: exposure only
+    assert [(t.status, t.labels["partition"], t.ts_ms - T0.value // 10**6, t.value)
+            for t in of(ts, "SingleCopyAcks")] == [
+        ("firing", "0", 1000, 15.0), ("firing", "1", 1000, 15.0), ("resolved", "1", 2000, 15.0),
+        ("resolved", "0", 3000, 15.0)]
+    assert e.state.last_hw["c1"] == {"t/0": 40, "t/1": 40}
+    # The HW carried in the state survives a restart: the next sample's advance is measured from it.
+    restored = AlertEngine(CONFIG, EngineState.from_rows(e.state.to_rows()))
+    again = restored.step({"partition_state": partitions(4, {0: 1}, min_isr=1, hw=41, n=2)})
+    assert [(t.status, t.value) for t in of(again, "SingleCopyAcks")] == [("firing", 1.0)]
     # min ISR 2 refuses the write instead (UnderMinIsr), and RF 1 is a posture finding, not this alert.
     quiet = run(AlertEngine(CONFIG), {"partition_state": partitions(0, {0: 1}, min_isr=2)},
-                {"partition_state": partitions(1, {0: 1}, rf=1, min_isr=1)})
+                {"partition_state": partitions(1, {0: 1}, min_isr=2, hw=5)},
+                {"partition_state": partitions(2, {0: 1}, rf=1, min_isr=1, hw=9)})
     assert of(quiet, "SingleCopyAcks") == []
 
 
