@@ -233,6 +233,8 @@ class AlertEngine:
         first = previous.isna().to_numpy()
         previous[first] = [self.state.last_hw.get(str(c), {}).get(k, np.nan)
                            for c, k in zip(f.loc[first, "run_id"], entity[first], strict=True)]
+        # An offline partition reports HW -1: the jump when a leader returns is its recovered log, not commits.
+        previous = previous.where(previous >= 0)
         f["hw_advance"] = (f["high_watermark"] - previous).clip(lower=0).fillna(0.0)
         latest = f.groupby(keys, sort=False).tail(1)
         for cluster, key, hw in zip(latest["run_id"], entity[latest.index], latest["high_watermark"], strict=True):

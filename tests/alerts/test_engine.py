@@ -228,6 +228,10 @@ def test_single_copy_acks_fires_when_a_lone_leader_commits_with_min_isr_one() ->
     restored = AlertEngine(CONFIG, EngineState.from_rows(e.state.to_rows()))
     again = restored.step({"partition_state": partitions(4, {0: 1}, min_isr=1, hw=41, n=2)})
     assert [(t.status, t.value) for t in of(again, "SingleCopyAcks")] == [("firing", 1.0)]
+    # A leader returning from offline (HW -1) with its recovered log has committed nothing new.
+    back = run(AlertEngine(CONFIG), {"partition_state": partitions(0, {0: 1}, min_isr=1, hw=-1, leader={0: -1})},
+               {"partition_state": partitions(1, {0: 1}, min_isr=1, hw=1464)})
+    assert of(back, "SingleCopyAcks") == []
     # min ISR 2 refuses the write instead (UnderMinIsr), and RF 1 is a posture finding, not this alert.
     quiet = run(AlertEngine(CONFIG), {"partition_state": partitions(0, {0: 1}, min_isr=2)},
                 {"partition_state": partitions(1, {0: 1}, min_isr=2, hw=5)},
