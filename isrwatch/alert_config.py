@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import yaml
-
+from isrwatch.yaml_file import read_yaml
 from pipelines.alert_engine import _inhibitors_first
 from pipelines.alert_rules import AlertConfig, AlertConfigError, parse_alert_config
 
@@ -15,12 +14,7 @@ DEFAULT_ALERTS = Path(__file__).resolve().parent.parent / "conf" / "alerts.yaml"
 
 def load_alert_config(path: str | Path | None = None, env: dict[str, str] | None = None) -> AlertConfig:
     source = Path(path) if path is not None else DEFAULT_ALERTS
-    try:
-        raw = yaml.safe_load(source.read_text())
-    except FileNotFoundError:
-        raise AlertConfigError(f"{source}: file not found") from None
-    except yaml.YAMLError as e:
-        raise AlertConfigError(f"{source}: not valid YAML: {e}") from None
+    raw = read_yaml(source, AlertConfigError)
     config = parse_alert_config(raw, str(source), dict(os.environ) if env is None else env)
     try:
         _inhibitors_first(config.rules)

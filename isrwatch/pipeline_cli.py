@@ -91,19 +91,9 @@ class Job:
         state = "active" if self.query.isActive else ("failed" if self.query.exception() else "stopped")
         if self.stats.batch_id < 0 and self.query.isActive:
             return f"  {self.name:<27} first micro-batch running (Spark compiles its plan once per query)"
-        return (f"  {self.name:<27} {state:<7} batch {self.stats.batch_id:>5}  {describe(self.stats):<46} "
+        return (f"  {self.name:<27} {state:<7} batch {self.stats.batch_id:>5}  {self.stats.describe():<46} "
                 f"batch {batch_ms if batch_ms is not None else '-':>6} ms  lag {'?' if behind is None else behind}"
                 " versions")
-
-
-def describe(stats: Any) -> str:
-    if hasattr(stats, "rows_valid"):
-        return f"in {stats.rows_in:>7}  silver {stats.rows_valid:>7}  quarantine {stats.rows_quarantined:>5}"
-    if hasattr(stats, "findings"):
-        return f"{stats.topics} topics, {stats.findings} findings"
-    if hasattr(stats, "paging"):
-        return f"{stats.slices} timeslices, {stats.paging} paging, {stats.ticketing} ticketing"
-    return f"{stats.total_transitions} transitions, {stats.firing} firing"
 
 
 def build_settings(args: argparse.Namespace, jobs: list[str]) -> Any:
@@ -198,7 +188,7 @@ def main_pipeline(args: argparse.Namespace) -> int:
         dispatcher.stop()
     failed = [j for j in running if j.query.exception() is not None]
     for job in running:
-        print(f"isrwatch pipeline: {job.name}: {describe(job.stats)}", file=sys.stderr)
+        print(f"isrwatch pipeline: {job.name}: {job.stats.describe()}", file=sys.stderr)
     for job in failed:
         print(f"isrwatch pipeline: {job.name} FAILED: {str(job.query.exception()).splitlines()[0]}", file=sys.stderr)
     print(f"isrwatch pipeline: {'FAILED' if failed else outcome} after {time.monotonic() - started:.0f} s",

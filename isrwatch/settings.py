@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from isrwatch.yaml_file import read_yaml
 from schemas.bronze import BRONZE_TABLES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "pipeline.yaml"
@@ -111,12 +111,7 @@ class PipelineSettings(BaseModel):
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PipelineSettings:
     """Settings from YAML (default conf/pipeline.yaml) with dotted-key overrides, e.g. {'validate.trigger': …}."""
     source = Path(path) if path is not None else DEFAULT_CONFIG
-    try:
-        raw = yaml.safe_load(source.read_text()) or {}
-    except FileNotFoundError:
-        raise SettingsError(f"{source}: file not found") from None
-    except yaml.YAMLError as e:
-        raise SettingsError(f"{source}: not valid YAML: {e}") from None
+    raw = read_yaml(source, SettingsError) or {}
     if not isinstance(raw, dict):
         raise SettingsError(f"{source}: expected a mapping at the top level")
     for dotted, value in (overrides or {}).items():

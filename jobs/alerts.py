@@ -38,7 +38,14 @@ from isrwatch.alert_config import load_alert_config
 from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
 from isrwatch.webhook import WebhookDispatcher
-from jobs.streaming import add_common_args, die_here_if_asked, load_job_settings, start_query, union_stream
+from jobs.streaming import (
+    add_common_args,
+    die_here_if_asked,
+    load_job_settings,
+    start_query,
+    union_stream,
+    wait_started,
+)
 from jobs.validate import wait_for_tables
 from pipelines.alert_engine import AlertEngine, EngineState, Transition
 from pipelines.alert_rules import AlertConfig, AlertConfigError
@@ -107,6 +114,9 @@ class AlertStats:
     duration_ms: int = 0
     total_transitions: int = 0
 
+    def describe(self) -> str:
+        return f"{self.total_transitions} transitions, {self.firing} firing"
+
 
 @dataclass
 class AlertEvaluator:
@@ -127,8 +137,7 @@ class AlertEvaluator:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse
-        if not self.started.wait(120) or self.query_id is None:
-            raise RuntimeError("alerts: query id not set")
+        wait_started(self, "alerts")
         if committed_version(ALERTS_STATE, lake, self.app_id) >= batch_id:
             return  # fully applied before a restart; the engine state loaded at start includes it
         began = time.monotonic()

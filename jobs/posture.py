@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ from pyspark.sql import functions as F
 
 from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
-from jobs.streaming import add_common_args, await_job, load_job_settings, start_query, union_stream
+from jobs.streaming import add_common_args, load_job_settings, run_job, start_query, union_stream, wait_started
 from jobs.validate import wait_for_tables
 from pipelines.posture import CONFIG_COLUMNS, latest_configs, topic_posture
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY
@@ -46,6 +45,9 @@ class PostureStats:
     topics: int = 0
     findings: int = 0
 
+    def describe(self) -> str:
+        return f"{self.topics} topics, {self.findings} findings"
+
 
 @dataclass
 class PostureEvaluator:
@@ -56,6 +58,7 @@ class PostureEvaluator:
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
     brokers: dict[str, int] = field(default_factory=dict)
+    restored: bool = False
     stats: PostureStats = field(default_factory=PostureStats)
 
     @property
@@ -64,11 +67,11 @@ class PostureEvaluator:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse
-        if not self.started.wait(120) or self.query_id is None:
-            raise RuntimeError("posture: query id not set")
-        if not self.brokers:  # first batch after a start: the broker counts the current posture was made with
+        wait_started(self, "posture")
+        if not self.restored:  # first batch after a start: the broker counts the current posture was made with
             current = read_rows(POSTURE, lake, ["cluster", "brokers"]).to_pandas().dropna()
             self.brokers = {str(c): int(b) for c, b in zip(current["cluster"], current["brokers"], strict=True)}
+            self.restored = True
         rows: Any = batch.toPandas()
         changed: dict[str, pd.Timestamp] = {}   # cluster -> event time of the change
         configs = rows[rows["_source"] == "topic_configs"]
@@ -133,24 +136,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from isrwatch.spark import build_spark_session
-
     args = build_parser().parse_args(argv)
-    try:
-        settings = load_job_settings(args, "posture", {"posture.failure_probability": args.failure_probability})
-    except SettingsError as e:
-        print(f"posture: {e}", file=sys.stderr)
-        return 2
-    spark = build_spark_session("isrwatch-posture", conf=settings.spark)
-    try:
-        query, evaluator = start_posture(spark, settings)
-    except FileNotFoundError as e:
-        print(f"posture: {e}", file=sys.stderr)
-        return 2
-    began = time.monotonic()
-    s = evaluator.stats
-    return await_job("posture", query, lambda: f"{s.snapshots} snapshot(s); {s.topics} topics, {s.findings} "
-                                               f"findings; {time.monotonic() - began:.0f} s")
+
+    def load() -> tuple[PipelineSettings, None]:
+        return load_job_settings(args, "posture", {"posture.failure_probability": args.failure_probability}), None
+
+    return run_job("posture", load, (SettingsError,), lambda spark, settings, _: start_posture(spark, settings))
 
 
 if __name__ == "__main__":

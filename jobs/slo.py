@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import sys
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,14 +32,21 @@ from pyspark.sql import functions as F
 
 from isrwatch.delta_io import committed_version, ensure_table, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
-from jobs.streaming import add_common_args, await_job, die_here_if_asked, load_job_settings, start_query, union_stream
+from isrwatch.slo_config import load_slos
+from jobs.streaming import (
+    add_common_args,
+    die_here_if_asked,
+    load_job_settings,
+    run_job,
+    start_query,
+    union_stream,
+    wait_started,
+)
 from jobs.validate import wait_for_tables
 from pipelines.slo_math import BudgetSeries, evaluate_batch
-from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError, load_slos
+from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
-
-DEFAULT_SLOS = Path(__file__).resolve().parent.parent / "conf" / "slos.yaml"
 
 
 def stream_columns(table: str) -> list[Any]:
@@ -63,6 +69,9 @@ class SloStats:
     slices: int = 0
     paging: int = 0
     ticketing: int = 0
+
+    def describe(self) -> str:
+        return f"{self.slices} timeslices, {self.paging} paging, {self.ticketing} ticketing"
 
 
 @dataclass
@@ -99,8 +108,7 @@ class SloEvaluator:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse
-        if not self.started.wait(120) or self.query_id is None:
-            raise RuntimeError("slo: query id not set")
+        wait_started(self, "slo")
         if committed_version(SLO_STATUS, lake, self.app_id) >= batch_id:
             return  # applied before a restart; restore() counts its timeslices
         if not self.restored:  # the app id (query id) is known only once the query runs
@@ -121,19 +129,19 @@ class SloEvaluator:
             compact_and_checkpoint(lake, (SLO_TIMESLICES, SLO_STATUS))
 
     def _write(self, td: Any, frames: list[pd.DataFrame], batch_id: int) -> None:
-        names = td.arrow_schema.names
-        frame = (pd.concat(frames, ignore_index=True) if frames
-                 else pd.DataFrame({n: pd.Series(dtype="object") for n in names}))
-        if len(frame):
+        # An empty batch is still committed: its app transaction is what a replay checks.
+        table = td.arrow_schema.empty_table()
+        if frames:
+            frame = pd.concat(frames, ignore_index=True)
             frame["ts"] = pd.to_datetime(frame["ts"].astype("int64"), unit="ms", utc=True)
-        table = pa.Table.from_pandas(frame[names], schema=td.arrow_schema, preserve_index=False)
+            table = pa.Table.from_pandas(frame[td.arrow_schema.names], schema=td.arrow_schema, preserve_index=False)
         write_once(td, self.settings.lakehouse, table, self.app_id, batch_id)
 
 
 def start_slo(spark: SparkSession, settings: PipelineSettings, slos: tuple[Slo, ...] | None = None,
               log: Any = lambda m: print(m, file=sys.stderr)) -> tuple[Any, SloEvaluator]:
     job, lake = settings.slo, settings.lakehouse
-    slos = slos or load_slos(job.specs or DEFAULT_SLOS)
+    slos = slos or load_slos(job.specs)
     sources = sorted({s.source for s in slos})
     paths = {t: SILVER_TABLES[t].path(lake) for t in sources}
     wait_for_tables(spark, {f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables_seconds, log)
@@ -154,25 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from isrwatch.spark import build_spark_session
-
     args = build_parser().parse_args(argv)
-    try:
+
+    def load() -> tuple[PipelineSettings, tuple[Slo, ...]]:
         settings = load_job_settings(args, "slo", {"slo.specs": args.slos})
-        slos = load_slos(settings.slo.specs or DEFAULT_SLOS)
-    except (SettingsError, SloConfigError) as e:
-        print(f"slo: {e}", file=sys.stderr)
-        return 2
-    spark = build_spark_session("isrwatch-slo", conf=settings.spark)
-    try:
-        query, evaluator = start_slo(spark, settings, slos)
-    except FileNotFoundError as e:
-        print(f"slo: {e}", file=sys.stderr)
-        return 2
-    began = time.monotonic()
-    s = evaluator.stats
-    return await_job("slo", query, lambda: f"{len(slos)} SLOs, {s.slices} timeslices; {s.paging} paging, "
-                                           f"{s.ticketing} ticketing; {time.monotonic() - began:.0f} s")
+        return settings, load_slos(settings.slo.specs)
+
+    return run_job("slo", load, (SettingsError, SloConfigError), start_slo)
 
 
 if __name__ == "__main__":

@@ -13,14 +13,17 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from isrwatch.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
+
+T = TypeVar("T")
 
 
 class Evaluator(Protocol):
@@ -73,6 +76,27 @@ def start_query(stream: DataFrame, name: str, evaluator: Evaluator, job: GoldJob
     return query
 
 
+def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tuple[type[Exception], ...],
+            start: Callable[[SparkSession, PipelineSettings, T], tuple[StreamingQuery, Any]]) -> int:
+    """A gold job's main: settings (exit 2 on `errors`), the session, the query (exit 2 when its tables are
+    missing), then wait and print the evaluator's stats."""
+    from isrwatch.spark import build_spark_session
+
+    try:
+        settings, extra = load()
+    except errors as e:
+        print(f"{job}: {e}", file=sys.stderr)
+        return 2
+    spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark)
+    try:
+        query, evaluator = start(spark, settings, extra)
+    except FileNotFoundError as e:
+        print(f"{job}: {e}", file=sys.stderr)
+        return 2
+    began = time.monotonic()
+    return await_job(job, query, lambda: f"{evaluator.stats.describe()}; {time.monotonic() - began:.0f} s")
+
+
 def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> int:
     """Wait for the query (available-now ends by itself; Ctrl-C stops a live one); print the outcome."""
     try:
@@ -87,6 +111,12 @@ def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> i
     print(f"{name}: {summary()}", file=sys.stderr)
     return 1 if error is not None else 0
 
+
+
+def wait_started(evaluator: Evaluator, job: str) -> None:
+    """foreachBatch can run before start() returns: wait until the query id (the app id's key) is known."""
+    if not evaluator.started.wait(120) or evaluator.query_id is None:
+        raise RuntimeError(f"{job}: query id not set")
 
 
 def die_here_if_asked(job: str, batch_id: int, point: str) -> None:

@@ -122,6 +122,9 @@ class BatchStats:
     total_valid: int = 0
     total_quarantined: int = 0
 
+    def describe(self) -> str:
+        return f"in {self.total_in:>7}  silver {self.total_valid:>7}  quarantine {self.total_quarantined:>5}"
+
 
 class BatchCheck(NamedTuple):
     """A micro-batch's routing counts and GE's verdict on it."""

@@ -10,10 +10,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
-
-import yaml
 
 from pipelines.alert_rules import duration_ms
 
@@ -84,17 +81,6 @@ def parse_slos(raw: Any, origin: str) -> tuple[Slo, ...]:
     if dup:
         raise SloConfigError(f"{origin}: SLO name(s) {dup} defined more than once")
     return tuple(slos)
-
-
-def load_slos(path: str | Path) -> tuple[Slo, ...]:
-    source = Path(path)
-    try:
-        raw = yaml.safe_load(source.read_text())
-    except FileNotFoundError:
-        raise SloConfigError(f"{source}: file not found") from None
-    except yaml.YAMLError as e:
-        raise SloConfigError(f"{source}: not valid YAML: {e}") from None
-    return parse_slos(raw, str(source))
 
 
 def _slo(raw: Any, index: int, origin: str) -> Slo:
