@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo test test-all lint bench jars venv clean
+.PHONY: demo test test-all lint bench jars venv chromium clean
 
 venv: $(STAMPS)/venv
 $(STAMPS)/venv: pyproject.toml
@@ -26,6 +26,19 @@ $(STAMPS)/jars: jvm/pom.xml
 	@mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=jars -DincludeGroupIds=io.delta
 	@touch $@
 
+# The browser tests drive Debian's chromium (Playwright's own browser download needs the internet).
+chromium: $(STAMPS)/chromium
+$(STAMPS)/chromium:
+	@mkdir -p $(STAMPS)
+	@if ! command -v chromium >/dev/null; then \
+	  echo "installing Debian's chromium for the browser tests (first run only)"; \
+	  SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+	  $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q chromium >/dev/null; }; \
+	fi
+	@chromium --version
+	@touch $@
+
 DEMO_SQL := SELECT table_name, sum(rows_in) AS rows_in, sum(rows_valid) AS to_silver, sum(rows_quarantined) AS quarantined FROM silver.dq_runs GROUP BY table_name ORDER BY table_name;\n\
 SELECT topic, acks, sum(records_acked) AS acked, sum(records_lost) AS acked_then_lost FROM silver.ack_ledger GROUP BY topic, acks ORDER BY acked_then_lost DESC, topic LIMIT 6;\n\
 SELECT topic, replication_factor AS rf, effective_min_isr AS min_isr, failure_domains, verdict_class, findings FROM gold.posture ORDER BY topic;\n\
@@ -33,25 +46,38 @@ SELECT slo, round(max_by(sli_value, ts), 6) AS sli, round(max_by(error_budget_re
 SELECT rule, severity, count_if(status = 'firing') AS firing, count_if(status = 'resolved') AS resolved FROM gold.alerts GROUP BY rule, severity ORDER BY rule;\n\
 SELECT outcome, count(*) AS attempts FROM gold.deliveries GROUP BY outcome;\n
 
-# A webhook receiver prints the alerts it gets; the emulator runs the default scenario (as fast as it
-# can while sharing the CPU with Spark) while the pipeline (validate, posture, slo, alerts) streams
-# each commit through; the pipeline stops once it has caught up and nothing changed for 20 s; then a
-# few SQL queries show the result.
+# A webhook receiver prints the alerts it gets; the API and dashboards are served from the start (they fill
+# in as data lands); the emulator runs the default scenario (as fast as it can while sharing the CPU with
+# Spark) while the pipeline (validate, posture, slo, alerts) streams each commit through; the pipeline stops
+# once it has caught up and nothing changed for 20 s; a few SQL queries show the result and the dashboards
+# are also exported as static HTML. In a terminal the server then keeps serving until Ctrl-C; Ctrl-C at any
+# point stops every process. ISRWATCH_DEMO_PORT picks another port than 8080.
+DEMO_PORT ?= $(or $(ISRWATCH_DEMO_PORT),8080)
 demo: venv jars
-	@$(VENV)/bin/isrwatch webhook-receiver --port 9095 & receiver=$$!; \
+	@trap 'kill $$receiver $$emulator $$server 2>/dev/null; wait; echo "isrwatch demo: stopped"; exit 130' INT TERM; \
+	  $(VENV)/bin/isrwatch webhook-receiver --port 9095 & receiver=$$!; \
+	  $(VENV)/bin/isrwatch serve --lakehouse lakehouse --port $(DEMO_PORT) > .stamps/demo-serve.log 2>&1 & server=$$!; \
+	  echo "isrwatch demo: dashboards at http://127.0.0.1:$(DEMO_PORT)/ (they fill in as the pipeline runs)"; \
 	  $(VENV)/bin/isrwatch emulate --scenario conf/scenarios/default.yaml --lakehouse lakehouse --pace 3 --quiet \
 	  > .stamps/demo-emulator.log 2>&1 & emulator=$$!; \
 	  $(VENV)/bin/isrwatch pipeline run --lakehouse lakehouse --trigger live --stop-when-idle 20 --status-every 20; \
 	  pipeline=$$?; wait $$emulator; status=$$?; kill $$receiver; wait $$receiver; cat .stamps/demo-emulator.log; \
-	  test $$status -eq 0 && test $$pipeline -eq 0
-	@printf "$(DEMO_SQL)" | $(VENV)/bin/isrwatch sql --lakehouse lakehouse
+	  test $$status -eq 0 && test $$pipeline -eq 0 || { kill $$server; exit 1; }; \
+	  printf "$(DEMO_SQL)" | $(VENV)/bin/isrwatch sql --lakehouse lakehouse || { kill $$server; exit 1; }; \
+	  $(VENV)/bin/isrwatch dashboards export --lakehouse lakehouse --out demo-dashboards; \
+	  curl -sf -o /dev/null http://127.0.0.1:$(DEMO_PORT)/readyz || { echo "isrwatch demo: the API is not ready:"; \
+	    cat .stamps/demo-serve.log; kill $$server; exit 1; }; \
+	  echo "isrwatch demo: the dashboards: http://127.0.0.1:$(DEMO_PORT)/  (static copy: demo-dashboards/index.html)"; \
+	  if [ -t 0 ]; then echo "isrwatch demo: serving until Ctrl-C"; wait $$server; \
+	  else kill $$server; wait $$server; echo "isrwatch demo: done (not a terminal, so the server stopped; "\
+	    "'.venv/bin/isrwatch serve' serves the dashboards again)"; fi
 
-test: venv jars
+test: venv jars chromium
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q
 
-test-all: venv jars
+test-all: venv jars chromium
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: venv
@@ -64,4 +90,4 @@ bench: venv jars
 	$(PY) bench/alert_quality.py
 
 clean:
-	rm -rf lakehouse _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache
+	rm -rf lakehouse demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache

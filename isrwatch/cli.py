@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     from isrwatch.webhook_receiver import add_receiver_parser
 
     add_receiver_parser(sub)
+    from isrwatch.serve_cli import add_serve_parsers
+
+    add_serve_parsers(sub)
     return parser
 
 
@@ -74,6 +77,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isrwatch.pipeline_cli import main_pipeline
 
         return main_pipeline(args)
+    if args.command == "serve":
+        from isrwatch.serve_cli import main_serve
+
+        return main_serve(args)
+    if args.command == "dashboards":
+        from isrwatch.serve_cli import main_dashboards
+
+        return main_dashboards(args)
     if args.command == "webhook-receiver":
         from isrwatch.webhook_receiver import main_receiver
 

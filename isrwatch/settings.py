@@ -92,6 +92,30 @@ class SloSettings(GoldJobSettings):
     specs: str | None = None            # default conf/slos.yaml
 
 
+class ApiSettings(BaseModel):
+    """`isrwatch serve`: the HTTP API and dashboards. The bearer token comes from ISRWATCH_API_TOKEN, never a
+    file, so it is not committed with the configuration."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=1, le=65535)
+    read_auth: bool = False
+    refresh_seconds: float = Field(default=1.0, ge=0)
+    dashboard_refresh_seconds: float = Field(default=5.0, gt=0)
+    query_max_rows: int = Field(default=10_000, ge=1)
+    query_timeout_seconds: float = Field(default=10.0, gt=0)
+    page_size_max: int = Field(default=1000, ge=1)
+    token: str | None = Field(default=None, exclude=True)
+
+    @field_validator("token")
+    @classmethod
+    def _no_token_in_files(cls, v: str | None) -> str | None:
+        if v is not None and len(v) < 8:
+            raise ValueError("ISRWATCH_API_TOKEN must be at least 8 characters")
+        return v
+
+
 class PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -102,6 +126,7 @@ class PipelineSettings(BaseModel):
     alerts: AlertsSettings = Field(default_factory=lambda: AlertsSettings.model_validate({}))
     posture: PostureSettings = Field(default_factory=lambda: PostureSettings.model_validate({}))
     slo: SloSettings = Field(default_factory=lambda: SloSettings.model_validate({}))
+    api: ApiSettings = Field(default_factory=lambda: ApiSettings.model_validate({}))
 
     @property
     def checkpoint_root(self) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-LAYERS = ("bronze", "silver", "quarantine", "gold")
+LAYERS = ("bronze", "silver", "quarantine", "gold", "api")
 
 
 @dataclass(frozen=True)

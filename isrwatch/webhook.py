@@ -4,7 +4,9 @@ One lane (thread) per receiver, so a slow or dead receiver delays only itself an
 evaluation, which hands transitions over with `submit` and returns. A lane delivers its transitions
 strictly in gold.alert_events order: the head is retried with exponential backoff and full jitter
 (5xx, 408, 429, connection errors, timeouts) until it is delivered, rejected (any other 4xx: recorded,
-not retried) or given up (`give_up_after` / `max_attempts`). Every attempt is a gold.deliveries row.
+not retried) or given up (`give_up_after` / `max_attempts`). A transition matched by an active silence
+(api.silences, set through the API) is recorded as silenced and not sent. Every attempt is a
+gold.deliveries row.
 
 Restart: `recover()` re-queues every routed transition in gold.alert_events without a final outcome in
 gold.deliveries, so a receiver down across a restart still gets everything, in order. Delivery is
@@ -29,11 +31,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from isrwatch.delta_io import append, ensure_table, read_rows
+from isrwatch.silence_store import SilenceStore
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.alertmanager import DELIVERY_HEADER, SIGNATURE_HEADER, body_of, payload, signature
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 
-FINAL = ("delivered", "rejected", "gave_up")
+FINAL = ("delivered", "rejected", "gave_up", "silenced")
 RETRYABLE_4XX = (408, 429)
 
 
@@ -93,6 +96,13 @@ class Lane(threading.Thread):
     def _attempt(self, item: Pending) -> bool:
         """One POST; True when the item is finished (delivered, rejected or given up)."""
         r = self.receiver
+        silenced_by = self.d.silences.matching(item.event["labels"])
+        if silenced_by:
+            # Alertmanager semantics: a silence suppresses the notification, not the alert (it stays in
+            # gold.alerts and gold.alert_events). Final: when the silence ends, later transitions go out.
+            item.attempt += 1
+            self.d.record(item, r, "silenced", None, f"silenced by {', '.join(silenced_by)}", 0.0, None)
+            return True
         body = body_of(payload(item.event, r.name, self.d.config.external_url))
         headers = {"Content-Type": "application/json", DELIVERY_HEADER: f"{item.event_id}@{r.name}",
                    "User-Agent": "isrwatch"}
@@ -136,6 +146,7 @@ class WebhookDispatcher:
         self.config, self.lakehouse, self.flush_every_s = config, lakehouse, flush_every_s
         self.rng = rng or random.Random()
         self.log = log
+        self.silences = SilenceStore(lakehouse)
         self.stopping = threading.Event()
         self.lanes = {r.name: Lane(self, r) for r in config.receivers}
         self._records: list[dict[str, Any]] = []

@@ -76,7 +76,8 @@ _schema, _docs = columns(
     ("fingerprint", pa.string(), False, "alert fingerprint"),
     ("alert_status", pa.string(), False, "firing or resolved"),
     ("attempt", pa.int32(), False, "1 for the first attempt"),
-    ("outcome", pa.string(), False, "delivered, retry (will try again), rejected (4xx, not retried), gave_up"),
+    ("outcome", pa.string(), False, "delivered, retry (will try again), rejected (4xx, not retried), gave_up, "
+     "silenced (an active silence matched: not sent)"),
     ("http_status", pa.int32(), True, "the receiver's HTTP status, null when no response"),
     ("error", pa.string(), True, "why it failed (connection error, timeout, status text)"),
     ("attempted_at", TS, False, "wall time of the attempt"),
@@ -86,7 +87,7 @@ _schema, _docs = columns(
 DELIVERIES = TableDef(
     "gold", "deliveries", _schema, ("delivery_id", "attempt"),
     "Every webhook delivery attempt and its outcome.", _docs,
-    expectations=(in_set("outcome", ["delivered", "retry", "rejected", "gave_up"]),),
+    expectations=(in_set("outcome", ["delivered", "retry", "rejected", "gave_up", "silenced"]),),
 )
 
 GOLD_ALERT_TABLES: tuple[TableDef, ...] = (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES)

@@ -169,3 +169,30 @@ def test_unsigned_without_a_secret_and_routing_by_severity(tmp_path: Path, recei
         d.stop()
     got = receiver.delivered()
     assert len(got) == 1 and SIGNATURE_HEADER not in got[0]["headers"]
+
+
+def test_an_active_silence_suppresses_delivery_of_matching_alerts_only(tmp_path: Path,
+                                                                       receiver: HttpReceiver) -> None:
+    from isrwatch.silence_store import SilenceStore
+    from pipelines.silences import Matcher
+
+    lake = str(tmp_path)
+    silences = SilenceStore(lake)
+    active = silences.create([Matcher("partition", "0"), Matcher("alertname", "Under.*", is_regex=True)], None,
+                             datetime.now(UTC) + timedelta(hours=1), "ops", "maintenance on t-0")
+    expired = silences.create([Matcher("partition", "1")], None, datetime.now(UTC) + timedelta(hours=1), "ops", "x")
+    silences.expire(expired.silence_id)
+    store(lake, events(4), 0)      # partition 0 firing/resolved, partition 1 firing/resolved
+    d = dispatcher(lake, receiver.url).start()
+    try:
+        assert d.wait_idle(20)
+    finally:
+        d.stop()
+    assert [r["headers"]["X-Isrwatch-Delivery"] for r in receiver.delivered()] == ["0-2@hook", "0-3@hook"]
+    outcomes = {r["event_id"]: (r["outcome"], r["error"]) for r in deliveries(lake)}
+    assert outcomes == {"0-0": ("silenced", f"silenced by {active.silence_id}"),
+                        "0-1": ("silenced", f"silenced by {active.silence_id}"),
+                        "0-2": ("delivered", None), "0-3": ("delivered", None)}
+    # A restart does not send the silenced ones again: silenced is a final outcome.
+    again = dispatcher(lake, receiver.url)
+    assert again.recover() == 0

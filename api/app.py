@@ -1,0 +1,38 @@
+"""The isrwatch HTTP API and dashboards: `create_app(settings)` builds the FastAPI app over one lakehouse."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import FastAPI
+
+from api import routes_alerts, routes_health, routes_query, routes_silences, routes_slos, routes_topics
+from api.errors import install_handlers
+from api.lakehouse import LakehouseReader
+from isrwatch.settings import PipelineSettings
+from isrwatch.silence_store import SilenceStore
+from isrwatch.slo_config import load_slos
+
+TOKEN_ENV = "ISRWATCH_API_TOKEN"
+
+
+def create_app(settings: PipelineSettings) -> FastAPI:
+    """The app over `settings.lakehouse`. The bearer token is read from ISRWATCH_API_TOKEN when the settings
+    carry none; without one, mutations answer 503."""
+    api = settings.api
+    if api.token is None and os.environ.get(TOKEN_ENV):
+        api = api.model_validate({**api.model_dump(), "token": os.environ[TOKEN_ENV]})
+    app = FastAPI(title="isrwatch", version="0.1.0",
+                  description="Kafka durability analytics: alerts, durability SLOs, configuration posture, "
+                              "partition state and read-only SQL over the isrwatch lakehouse.")
+    app.state.settings = api
+    app.state.reader = LakehouseReader(settings.lakehouse, refresh_s=api.refresh_seconds)
+    app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh_seconds)
+    app.state.slos = load_slos(settings.slo.specs)
+    install_handlers(app)
+    from api import dashboard_routes  # after the API routes: the dashboards own `/`
+
+    for module in (routes_health, routes_alerts, routes_slos, routes_topics, routes_query, routes_silences,
+                   dashboard_routes):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,118 @@
+"""The dashboards over HTTP: the HTML pages, their figures as JSON for live refresh, and plotly.js.
+
+GET /                                        the index of dashboards
+GET /dashboards/{page}                       overview, isr-heatmap, topics, slos, posture
+GET /dashboards/topics/{topic}               one topic
+GET /api/v1/dashboards/{page}/figures        {"version", "scope", "figures"}; `since=<version>` → no figures
+GET /api/v1/dashboards/topics/{topic}/figures
+GET /static/plotly.min.js                    the installed plotly package's copy (no CDN: hosts may be offline)
+
+Every page takes `cluster` (default: the one with the latest data) and `window_minutes` (default 30).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+
+from api.deps import get_reader, get_settings, require_read
+from api.lakehouse import LakehouseReader
+from dashboards.html import ServedLinks, plotly_js_path
+from dashboards.pages import (
+    TOPIC_PREFIX,
+    DashboardParams,
+    UnknownPage,
+    UnknownTopic,
+    page_payload,
+    render_index,
+    render_page,
+)
+from dashboards.scope import DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES
+from isrwatch.settings import ApiSettings
+
+# With api.read_auth on, the pages need the bearer token too (they embed the same data as the API): put
+# them behind a proxy that adds the Authorization header.
+router = APIRouter(tags=["dashboards"], dependencies=[Depends(require_read)])
+
+# plotly.js only changes with the plotly package, and its URL carries the version: cache it for a year.
+PLOTLY_CACHE_CONTROL = "public, max-age=31536000, immutable"
+
+ReaderDep = Annotated[LakehouseReader, Depends(get_reader)]
+SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
+ClusterQuery = Annotated[str | None, Query(max_length=200, description="cluster (emulator run id); default: the "
+                                           "one with the latest partition state")]
+WindowQuery = Annotated[int | None, Query(gt=0, le=MAX_WINDOW_MINUTES, description="minutes of data up to the "
+                                          f"cluster's latest snapshot (default {DEFAULT_WINDOW_MINUTES})")]
+RefreshQuery = Annotated[float | None, Query(ge=0, le=3600, description="seconds between refreshes, 0: none "
+                                             "(default: api.dashboard_refresh_seconds)")]
+SinceQuery = Annotated[str | None, Query(max_length=1000, description="the version the client shows: when it "
+                                         "is still current the answer carries no figures")]
+PageName = Annotated[str, Path(max_length=100)]
+TopicName = Annotated[str, Path(max_length=249)]  # Kafka's limit on topic names
+
+
+def _params(cluster: str | None, window_minutes: int | None) -> DashboardParams:
+    # An empty `cluster` (the page's form left blank) means the default cluster.
+    return DashboardParams(cluster=cluster or None, window_minutes=window_minutes)
+
+
+def _links(request: Request, params: DashboardParams) -> ServedLinks:
+    return ServedLinks(base=request.scope.get("root_path", "").rstrip("/"), query=params.query())
+
+
+def _html(request: Request, reader: LakehouseReader, settings: ApiSettings, page: str, params: DashboardParams,
+          refresh_seconds: float | None) -> HTMLResponse:
+    refresh = settings.dashboard_refresh_seconds if refresh_seconds is None else refresh_seconds
+    try:
+        return HTMLResponse(render_page(reader, page, params, links=_links(request, params), refresh_seconds=refresh))
+    except (UnknownPage, UnknownTopic) as e:
+        raise HTTPException(404, str(e)) from None
+
+
+def _figures(reader: LakehouseReader, page: str, params: DashboardParams, since: str | None) -> JSONResponse:
+    try:
+        return JSONResponse(page_payload(reader, page, params, since=since), headers={"Cache-Control": "no-store"})
+    except (UnknownPage, UnknownTopic) as e:
+        raise HTTPException(404, str(e)) from None
+
+
+@router.get("/", response_class=HTMLResponse, summary="Index of the dashboards")
+def index(request: Request, reader: ReaderDep, cluster: ClusterQuery = None,
+          window_minutes: WindowQuery = None) -> HTMLResponse:
+    params = _params(cluster, window_minutes)
+    return HTMLResponse(render_index(reader, params, links=_links(request, params)))
+
+
+@router.get("/dashboards/topics/{topic}", response_class=HTMLResponse, summary="One topic's dashboard")
+def topic_page(request: Request, reader: ReaderDep, settings: SettingsDep, topic: TopicName,
+               cluster: ClusterQuery = None, window_minutes: WindowQuery = None,
+               refresh_seconds: RefreshQuery = None) -> HTMLResponse:
+    return _html(request, reader, settings, f"{TOPIC_PREFIX}{topic}", _params(cluster, window_minutes),
+                 refresh_seconds)
+
+
+@router.get("/dashboards/{page}", response_class=HTMLResponse, summary="A dashboard page")
+def dashboard_page(request: Request, reader: ReaderDep, settings: SettingsDep, page: PageName,
+                   cluster: ClusterQuery = None, window_minutes: WindowQuery = None,
+                   refresh_seconds: RefreshQuery = None) -> HTMLResponse:
+    return _html(request, reader, settings, page, _params(cluster, window_minutes), refresh_seconds)
+
+
+@router.get("/api/v1/dashboards/topics/{topic}/figures", summary="A topic dashboard's figures")
+def topic_figures(reader: ReaderDep, topic: TopicName, cluster: ClusterQuery = None,
+                  window_minutes: WindowQuery = None, since: SinceQuery = None) -> JSONResponse:
+    return _figures(reader, f"{TOPIC_PREFIX}{topic}", _params(cluster, window_minutes), since)
+
+
+@router.get("/api/v1/dashboards/{page}/figures", summary="A dashboard page's figures")
+def page_figures(reader: ReaderDep, page: PageName, cluster: ClusterQuery = None,
+                 window_minutes: WindowQuery = None, since: SinceQuery = None) -> JSONResponse:
+    return _figures(reader, page, _params(cluster, window_minutes), since)
+
+
+@router.get("/static/plotly.min.js", summary="plotly.js, from the installed plotly package")
+def plotly_js() -> FileResponse:
+    return FileResponse(plotly_js_path(), media_type="text/javascript",
+                        headers={"Cache-Control": PLOTLY_CACHE_CONTROL})

@@ -1,0 +1,43 @@
+"""FastAPI dependencies shared by the routers: the lakehouse reader and the bearer-token checks."""
+
+from __future__ import annotations
+
+import hmac
+
+from fastapi import Request
+
+from api.errors import ApiError
+from api.lakehouse import LakehouseReader
+from isrwatch.settings import ApiSettings
+
+
+def get_reader(request: Request) -> LakehouseReader:
+    reader: LakehouseReader = request.app.state.reader
+    return reader
+
+
+def get_settings(request: Request) -> ApiSettings:
+    settings: ApiSettings = request.app.state.settings
+    return settings
+
+
+def _check_token(request: Request, token: str | None) -> None:
+    if token is None:
+        raise ApiError(503, "mutations are disabled: set ISRWATCH_API_TOKEN to enable them")
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    # Constant-time comparison: the token must not leak through response timing.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise ApiError(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def require_write(request: Request) -> None:
+    """Mutations always need the token (ISRWATCH_API_TOKEN)."""
+    _check_token(request, get_settings(request).token)
+
+
+def require_read(request: Request) -> None:
+    """Reads need the token only when `api.read_auth` is on."""
+    settings = get_settings(request)
+    if settings.read_auth:
+        _check_token(request, settings.token)

@@ -1,0 +1,164 @@
+"""Read-only access to the lakehouse's Delta tables for the API and the dashboards, without a JVM.
+
+Each table is opened once with delta-rs and re-checked for a new version at most every `refresh_s`
+seconds, so a burst of requests costs one log read per table, not one per request. Whole-table reads
+are cached per (table, version, columns): a request on an unchanged table is served from memory.
+Large time series are never read whole: `latest_ts` comes from the files' statistics and
+`scan` pushes filters down to file and row-group statistics.
+
+Only the known layers under the configured root are reachable: a name is `<layer>.<table>` with
+both parts plain identifiers, so no request can point the reader at another path.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+from deltalake import DeltaTable
+from deltalake.exceptions import TableNotFoundError
+
+LAYERS = ("bronze", "silver", "quarantine", "gold", "api")
+_NAME = re.compile(r"^(bronze|silver|quarantine|gold|api)\.([a-z_][a-z0-9_]*)$")
+
+
+T = TypeVar("T")
+
+
+class UnknownTable(LookupError):
+    """A table name that is malformed, outside the lakehouse's layers, or not created yet."""
+
+
+@dataclass
+class _Cached:
+    table: DeltaTable
+    version: int
+    checked: float
+    frames: dict[tuple[str, ...] | None, pa.Table] = field(default_factory=dict)
+    derived: dict[str, Any] = field(default_factory=dict)
+    latest: dict[str, datetime | None] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class LakehouseReader:
+    def __init__(self, root: str | Path, *, refresh_s: float = 1.0) -> None:
+        self.root = str(root).rstrip("/")
+        self.refresh_s = refresh_s
+        self._tables: dict[str, _Cached] = {}
+        self._lock = threading.Lock()
+
+    # -- discovery --------------------------------------------------------------------------------------
+    def path(self, name: str) -> str:
+        m = _NAME.match(name)
+        if not m:
+            raise UnknownTable(f"unknown table {name!r}: expected <layer>.<table> with layer one of "
+                               f"{', '.join(LAYERS)}")
+        return f"{self.root}/{m.group(1)}/{m.group(2)}"
+
+    def tables(self) -> list[str]:
+        """Every Delta table present under the root, as `<layer>.<table>`, sorted."""
+        if "://" in self.root:
+            return sorted(n for n in self._tables)
+        base = Path(self.root)
+        found = []
+        for layer in LAYERS:
+            d = base / layer
+            if d.is_dir():
+                found += [f"{layer}.{t.name}" for t in sorted(d.iterdir())
+                          if (t / "_delta_log").is_dir() and _NAME.match(f"{layer}.{t.name}")]
+        return found
+
+    def exists(self, name: str) -> bool:
+        try:
+            self._handle(name)
+            return True
+        except UnknownTable:
+            return False
+
+    # -- reads ------------------------------------------------------------------------------------------
+    def version(self, name: str) -> int:
+        return self._handle(name).version
+
+    def delta_table(self, name: str) -> DeltaTable:
+        """The current DeltaTable (for the SQL endpoint's DataFusion registration)."""
+        return self._handle(name).table
+
+    def read(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        """The whole table (selected columns), cached until the table's version changes."""
+        c = self._handle(name)
+        key = None if columns is None else tuple(columns)
+        with c.lock:
+            hit = c.frames.get(key)
+        if hit is not None:
+            return hit
+        data = c.table.to_pyarrow_table(columns=columns)
+        with c.lock:
+            c.frames[key] = data
+        return data
+
+    def derive(self, name: str, key: str, compute: Callable[[LakehouseReader], T]) -> T:
+        """`compute(self)`, remembered until `name` changes version: for views derived from a table (JSON
+        rows, indexes) that many requests share."""
+        c = self._handle(name)
+        with c.lock:
+            if key in c.derived:
+                return c.derived[key]
+        result = compute(self)
+        with c.lock:
+            c.derived[key] = result
+        return result
+
+    def scan(self, name: str, filter: ds.Expression | None = None, columns: list[str] | None = None) -> pa.Table:
+        """Rows matching `filter`; files and row groups whose statistics exclude it are not read."""
+        c = self._handle(name)
+        return c.table.to_pyarrow_dataset().to_table(filter=filter, columns=columns)
+
+    def latest_ts(self, name: str, column: str = "ts") -> datetime | None:
+        """The largest value of a timestamp column, from the files' statistics (no data read)."""
+        c = self._handle(name)
+        with c.lock:
+            if column in c.latest:
+                return c.latest[column]
+        actions = pa.table(c.table.get_add_actions(flatten=True))
+        stat = f"max.{column}"
+        if actions.num_rows == 0:
+            value = None
+        elif stat in actions.column_names and actions[stat].null_count == 0:
+            value = pc.max(actions[stat]).as_py()
+        else:  # no statistics recorded: read the column
+            value = pc.max(c.table.to_pyarrow_table(columns=[column])[column]).as_py()
+        with c.lock:
+            c.latest[column] = value
+        return value
+
+    # -- cache ------------------------------------------------------------------------------------------
+    def _handle(self, name: str) -> _Cached:
+        path = self.path(name)
+        now = time.monotonic()
+        c = self._tables.get(name)
+        if c is not None and now - c.checked < self.refresh_s:
+            return c
+        with self._lock:
+            c = self._tables.get(name)
+            if c is not None and now - c.checked < self.refresh_s:
+                return c
+            # A fresh handle rather than update_incremental(): reads in flight keep the old snapshot.
+            try:
+                table = DeltaTable(path)
+            except TableNotFoundError:
+                raise UnknownTable(f"table {name} does not exist yet under {self.root}") from None
+            if c is not None and table.version() == c.version:
+                c.checked = now
+                return c
+            c = _Cached(table, table.version(), now)
+            self._tables[name] = c
+            return c

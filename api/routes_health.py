@@ -1,0 +1,35 @@
+"""GET /healthz (the process answers) and GET /readyz (the lakehouse is reachable and holds the tables the
+API serves)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import JSONResponse
+
+from api.deps import get_reader
+from api.lakehouse import LakehouseReader
+
+router = APIRouter(tags=["health"])
+
+REQUIRED = ("silver.partition_state", "silver.topic_configs", "silver.broker_metrics", "gold.alerts",
+            "gold.alert_events", "gold.posture", "gold.slo_status")
+
+
+@router.get("/healthz", summary="Liveness")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", summary="Readiness: the lakehouse is reachable and has the tables the API reads",
+            responses={503: {"description": "not ready: the body names the missing tables"}})
+def readyz(reader: Annotated[LakehouseReader, Depends(get_reader)]) -> Any:
+    try:
+        missing = [t for t in REQUIRED if not reader.exists(t)]
+    except OSError as e:
+        return JSONResponse({"status": "unreachable", "detail": f"lakehouse {reader.root}: {e}"}, status_code=503)
+    if missing:
+        return JSONResponse({"status": "not ready", "detail": f"missing tables: {', '.join(missing)}",
+                             "missing": missing}, status_code=503)
+    return {"status": "ready", "lakehouse": reader.root, "tables": reader.tables()}

@@ -1,0 +1,245 @@
+"""The HTML of a dashboard page: a self-contained document (inline CSS and script, plotly.js local).
+
+The page embeds its first payload (`{"version", "scope", "figures"}`) and draws it on load, so it
+shows data without a second request. Served, it then polls its figures endpoint every
+`refresh_seconds` with `since=<version>` and redraws with `Plotly.react` only when the version changed;
+exported, it draws once and links to its sibling files.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import plotly
+
+PLOTLY_JS = "plotly.min.js"
+DEFAULT_REFRESH_SECONDS = 5
+
+CSS = """
+*{box-sizing:border-box}
+body{margin:0;font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;background:#f3f4f6;color:#111827}
+header{background:#111827;color:#f9fafb;padding:0 20px;display:flex;flex-wrap:wrap;align-items:center;gap:4px 18px}
+header .brand{font-weight:700;font-size:17px;padding:12px 0;color:#f9fafb;text-decoration:none}
+header nav{display:flex;flex-wrap:wrap;gap:2px}
+header nav a{color:#d1d5db;text-decoration:none;padding:14px 10px;border-bottom:3px solid transparent}
+header nav a:hover{color:#fff}
+header nav a.current{color:#fff;border-bottom-color:#f0a500}
+header .scope{margin-left:auto;font-size:13px;color:#d1d5db;text-align:right}
+.status{display:block;font-size:12px;color:#9ca3af}.status.error{color:#fca5a5}
+main{max-width:1400px;margin:0 auto;padding:16px 20px 40px}
+h1{font-size:22px;margin:8px 0 4px}
+p.lead{margin:0 0 14px;color:#4b5563}
+form.controls{display:flex;flex-wrap:wrap;gap:10px;align-items:end;margin:0 0 14px;font-size:13px;color:#374151}
+form.controls label{display:flex;flex-direction:column;gap:3px}
+form.controls input{font:inherit;padding:5px 8px;border:1px solid #d1d5db;border-radius:6px;min-width:90px}
+form.controls button{font:inherit;padding:6px 14px;border:0;border-radius:6px;background:#111827;color:#fff;
+cursor:pointer}
+.card{background:#fff;border-radius:10px;box-shadow:0 1px 2px rgba(0,0,0,.06),0 1px 6px rgba(0,0,0,.04);
+padding:8px;margin:0 0 16px}
+.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(260px,1fr));gap:14px}
+.grid a{display:block;background:#fff;border-radius:10px;padding:14px 16px;text-decoration:none;color:inherit;
+box-shadow:0 1px 2px rgba(0,0,0,.06)}
+.grid a:hover{box-shadow:0 2px 10px rgba(0,0,0,.12)}
+.grid a strong{display:block;font-size:16px;margin-bottom:4px;color:#1d4ed8}
+.grid a span{font-size:13px;color:#4b5563}
+.empty{color:#6b7280;font-style:italic}
+"""
+
+SCRIPT = """
+(function () {
+  "use strict";
+  var config = JSON.parse(document.getElementById("isrwatch-config").textContent);
+  var plotConfig = {responsive: true, displaylogo: false};
+  var version = config.payload.version;
+  var status = document.getElementById("isrwatch-status");
+  var scopeText = document.getElementById("isrwatch-scope");
+
+  function draw(figures) {
+    var jobs = [];
+    Object.keys(figures).forEach(function (id) {
+      var div = document.getElementById("fig-" + id);
+      if (div) { jobs.push(Plotly.react(div, figures[id].data, figures[id].layout, plotConfig)); }
+    });
+    return Promise.all(jobs).then(function () { return jobs.length; });
+  }
+
+  function describe(scope) {
+    if (!scope.cluster || !scope.end) { return "no data yet"; }
+    return "cluster " + scope.cluster + " \\u00b7 " + scope.window_minutes + " min to " + scope.end + " UTC";
+  }
+
+  function setStatus(text, failed) {
+    if (!status) { return; }
+    status.textContent = text;
+    status.className = failed ? "status error" : "status";
+  }
+
+  draw(config.payload.figures).then(function (drawn) { window.isrwatchRendered = drawn; });
+  if (!config.figuresUrl || !(config.refreshMs > 0)) { return; }
+
+  var separator = config.figuresUrl.indexOf("?") >= 0 ? "&" : "?";
+  function poll() {
+    fetch(config.figuresUrl + separator + "since=" + encodeURIComponent(version), {cache: "no-store"})
+      .then(function (response) {
+        if (!response.ok) { throw new Error("HTTP " + response.status); }
+        return response.json();
+      })
+      .then(function (payload) {
+        if (payload.version === version) { return null; }
+        return draw(payload.figures).then(function () {
+          version = payload.version;
+          window.isrwatchRedraws = (window.isrwatchRedraws || 0) + 1;   // tests wait on it
+          if (scopeText) { scopeText.textContent = describe(payload.scope); }
+        });
+      })
+      .then(function () { setStatus("live \\u00b7 checked " + new Date().toLocaleTimeString(), false); },
+            function (error) { setStatus("refresh failed: " + error.message, true); })
+      .then(function () { window.setTimeout(poll, config.refreshMs); });
+  }
+  window.setTimeout(poll, config.refreshMs);
+})();
+"""
+
+
+def plotly_js_path() -> Path:
+    """plotly.min.js as shipped inside the installed plotly package (the version its figures target)."""
+    resource = importlib.resources.files("plotly") / "package_data" / PLOTLY_JS
+    path = Path(str(resource))
+    if not path.is_file():
+        raise FileNotFoundError(f"plotly.min.js not found in the plotly package at {path}")
+    return path
+
+
+class Links(Protocol):
+    """Where a page's links point: the API's routes when served, sibling files when exported."""
+
+    def index(self) -> str: ...
+    def page(self, slug: str) -> str: ...
+    def topic(self, topic: str) -> str: ...
+    def plotly_js(self) -> str: ...
+    def figures(self, page: str) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ServedLinks:
+    """Links to the API's routes, under `base` (the app's root path), keeping the page's query."""
+
+    base: str = ""
+    query: str = ""
+
+    def _with_query(self, path: str) -> str:
+        return f"{self.base}{path}" + (f"?{self.query}" if self.query else "")
+
+    def index(self) -> str:
+        return self._with_query("/")
+
+    def page(self, slug: str) -> str:
+        return self._with_query(f"/dashboards/{slug}")
+
+    def topic(self, topic: str) -> str:
+        return self._with_query(f"/dashboards/topics/{quote(topic, safe='')}")
+
+    def plotly_js(self) -> str:
+        # The version in the query lets the route cache the file for a year and still serve an upgrade.
+        return f"{self.base}/static/{PLOTLY_JS}?v={plotly.__version__}"
+
+    def figures(self, page: str) -> str | None:
+        path = "/".join(quote(part, safe="") for part in page.split("/"))
+        return self._with_query(f"/api/v1/dashboards/{path}/figures")
+
+
+@dataclass(frozen=True)
+class StaticLinks:
+    """Links between exported files in one directory; nothing to poll."""
+
+    def index(self) -> str:
+        return "index.html"
+
+    def page(self, slug: str) -> str:
+        return f"{slug}.html"
+
+    def topic(self, topic: str) -> str:
+        return quote(topic_file_name(topic))
+
+    def plotly_js(self) -> str:
+        return PLOTLY_JS
+
+    def figures(self, page: str) -> str | None:
+        return None
+
+
+def topic_file_name(topic: str) -> str:
+    """The exported file of a topic page. Kafka topic names are [A-Za-z0-9._-], safe as file names;
+    anything else is replaced so that no name can leave the export directory."""
+    safe = "".join(c if c.isascii() and (c.isalnum() or c in "._-") else "_" for c in topic)
+    return f"topic-{safe}.html"
+
+
+@dataclass(frozen=True)
+class PlotDiv:
+    """A plot div: its id, and its height in pixels (reserved so the page does not jump when drawn)."""
+
+    id: str
+    height: int
+
+
+def _json_for_script(value: Any) -> str:
+    # "<" escaped so that no string in the data can close the <script> element.
+    return json.dumps(value, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+
+
+def render_document(*, title: str, heading: str, lead: str, nav: list[tuple[str, str, bool]], scope_text: str,
+                    status_text: str, controls: str, body: str, figures: list[PlotDiv], payload: dict[str, Any],
+                    links: Links, figures_url: str | None, refresh_seconds: float) -> str:
+    """The whole page. `nav` is (label, href, current); `body` is trusted HTML placed before the figures."""
+    current_class = ' class="current"'
+    nav_html = "".join(f'<a href="{escape(href)}"{current_class if current else ""}>{escape(label)}</a>'
+                       for label, href, current in nav)
+    divs = "".join(f'<section class="card"><div id="fig-{escape(f.id)}" class="figure" data-figure="{escape(f.id)}" '
+                   f'style="min-height:{f.height}px"></div></section>' for f in figures)
+    config = {"payload": payload, "figuresUrl": figures_url,
+              "refreshMs": round(refresh_seconds * 1000) if figures_url else 0}
+    return f"""<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)} · isrwatch</title>
+<link rel="icon" href="data:,">
+<style>{CSS}</style>
+<script src="{escape(links.plotly_js())}"></script>
+</head>
+<body>
+<header>
+<a class="brand" href="{escape(links.index())}">isrwatch</a>
+<nav>{nav_html}</nav>
+<div class="scope"><span id="isrwatch-scope">{escape(scope_text)}</span>
+<span id="isrwatch-status" class="status">{escape(status_text)}</span></div>
+</header>
+<main>
+<h1>{escape(heading)}</h1>
+<p class="lead">{escape(lead)}</p>
+{controls}
+{body}
+{divs}
+</main>
+<script id="isrwatch-config" type="application/json">{_json_for_script(config)}</script>
+<script>{SCRIPT}</script>
+</body>
+</html>
+"""
+
+
+def controls_form(cluster: str | None, window_minutes: int) -> str:
+    """GET form choosing the cluster and window of the current page (served mode only)."""
+    return f"""<form class="controls" method="get">
+<label>cluster<input name="cluster" value="{escape(cluster or '')}" placeholder="latest"></label>
+<label>window (minutes)<input name="window_minutes" type="number" min="1" value="{window_minutes}"></label>
+<button type="submit">Apply</button>
+</form>"""

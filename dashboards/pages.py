@@ -1,0 +1,263 @@
+"""The dashboard pages: what each shows and reads, its JSON payload, and its HTML.
+
+A page is addressed by a path: `overview`, `isr-heatmap`, `topics` (the topic index), `topics/<topic>`,
+`slos`, `posture`; the index (`render_index`) links them all. A page's version token is the Delta
+versions of the tables it reads, so an unchanged lakehouse gives an unchanged token and a polling page
+redraws nothing; the token is taken before the data is read, so a write racing a request at worst
+causes one redraw too many, never a missed one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from html import escape
+from typing import Any
+from urllib.parse import urlencode
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from api.lakehouse import LakehouseReader, UnknownTable
+from dashboards import data
+from dashboards.figures import (
+    alerts_figure,
+    isr_heatmap_figure,
+    isr_membership_figure,
+    offsets_figure,
+    overview_figure,
+    rejections_figure,
+)
+from dashboards.html import (
+    DEFAULT_REFRESH_SECONDS,
+    Links,
+    PlotDiv,
+    ServedLinks,
+    controls_form,
+    render_document,
+)
+from dashboards.posture_figures import findings_figure, posture_table_figure
+from dashboards.scope import PARTITION_STATE, Scope, resolve_scope
+from dashboards.slo_figures import burn_rate_figure, error_budget_figure, slo_table_figure
+from dashboards.style import NO_DATA
+
+TOPIC_PREFIX = "topics/"
+
+
+class UnknownPage(LookupError):
+    """Raised when a page path names no dashboard page."""
+
+
+class UnknownTopic(LookupError):
+    """Raised when a topic page names a topic the cluster does not have (in its latest snapshot or configs)."""
+
+
+@dataclass(frozen=True)
+class DashboardParams:
+    """The query every page takes: the cluster (default: the latest) and the window in minutes."""
+
+    cluster: str | None = None
+    window_minutes: int | None = None
+
+    def query(self) -> str:
+        values = {"cluster": self.cluster, "window_minutes": self.window_minutes}
+        return urlencode({k: v for k, v in values.items() if v is not None})
+
+
+Build = Callable[[LakehouseReader, Scope, str | None], dict[str, go.Figure]]
+Body = Callable[[LakehouseReader, Scope, Links], str]
+
+
+@dataclass(frozen=True)
+class Page:
+    slug: str
+    title: str
+    description: str
+    tables: tuple[str, ...]
+    build: Build
+    body: Body | None = None
+
+
+# -- what each page draws ----------------------------------------------------------------------------------
+def _overview(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+    alerts_empty = "no pending or firing alerts" if scope.has_data and reader.exists(data.ALERTS) else NO_DATA
+    return {
+        "partition-health": overview_figure(data.broker_metrics(reader, scope), data.data_loss_events(reader, scope)),
+        "active-alerts": alerts_figure(data.active_alerts(reader, scope.cluster), empty_text=alerts_empty),
+    }
+
+
+def _isr_heatmap(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+    cells = data.isr_cells(reader, scope)
+    return {"isr-heatmap": isr_heatmap_figure(cells.frame, bucket_seconds=cells.bucket_seconds,
+                                              partitions_total=cells.partitions_total)}
+
+
+def _topic(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+    if topic is None:
+        raise ValueError("topic is required for a topic page")
+    return {
+        "isr-membership": isr_membership_figure(data.topic_isr_membership(reader, scope, topic), topic),
+        "offsets": offsets_figure(data.topic_offsets(reader, scope, topic), topic),
+        "produce-errors": rejections_figure(data.topic_rejections(reader, scope, topic), topic),
+    }
+
+
+def _slos(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+    status = data.slo_status(reader, scope)
+    return {"slo-status": slo_table_figure(status), "error-budget": error_budget_figure(status),
+            "burn-rates": burn_rate_figure(status)}
+
+
+def _posture(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+    frame = data.posture(reader, scope.cluster)
+    return {"posture": posture_table_figure(frame), "findings": findings_figure(frame)}
+
+
+def _no_figures(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+    return {}
+
+
+def _topic_index(reader: LakehouseReader, scope: Scope, links: Links) -> str:
+    topics = data.topic_names(reader, scope)
+    if not topics:
+        return f'<p class="empty">{NO_DATA}</p>'
+    frame = data.posture(reader, scope.cluster)
+    verdicts = {} if frame.empty else dict(zip(frame["topic"], frame["verdict_class"], strict=True))
+    cards = "".join(f'<a href="{escape(links.topic(t))}"><strong>{escape(t)}</strong>'
+                    f'<span>{escape(verdicts.get(t, "posture not computed yet"))}</span></a>' for t in topics)
+    return f'<div class="grid">{cards}</div>'
+
+
+PAGES: dict[str, Page] = {p.slug: p for p in (
+    Page("overview", "Overview", "Partition health by broker, data-loss events and the active alerts.",
+         (PARTITION_STATE, data.BROKER_METRICS, data.CLUSTER_EVENTS, data.ACK_LEDGER, data.ALERTS), _overview),
+    Page("isr-heatmap", "ISR heatmap", "Every partition's ISR size against its effective min ISR, over time.",
+         (PARTITION_STATE,), _isr_heatmap),
+    Page("topics", "Topics", "One page per topic: ISR membership, offsets and produce errors.",
+         (PARTITION_STATE, data.TOPIC_CONFIGS, data.POSTURE), _no_figures, _topic_index),
+    Page("slos", "SLOs", "Error budget left and burn rates of every durability and availability SLO.",
+         (PARTITION_STATE, data.SLO_STATUS), _slos),
+    Page("posture", "Posture", "Configuration verdict and findings per topic.",
+         (PARTITION_STATE, data.POSTURE), _posture),
+)}
+TOPIC_PAGE = Page("topic", "Topic", "ISR membership per replica, high watermark against log end offsets, and "
+                  "produce errors by acks level.", (PARTITION_STATE, data.ACK_LEDGER, data.TOPIC_CONFIGS), _topic)
+
+
+# -- payload -----------------------------------------------------------------------------------------------
+def resolve_page(path: str) -> tuple[Page, str | None]:
+    """The page a path names and, for a topic page, the topic."""
+    if path.startswith(TOPIC_PREFIX) and len(path) > len(TOPIC_PREFIX):
+        return TOPIC_PAGE, path[len(TOPIC_PREFIX):]
+    page = PAGES.get(path)
+    if page is None:
+        raise UnknownPage(f"unknown dashboard page '{path}'")
+    return page, None
+
+
+def version_token(reader: LakehouseReader, page: Page) -> str:
+    """`<table>=<version>` of each table the page reads (`-` for one not created yet)."""
+    parts = []
+    for name in page.tables:
+        try:
+            parts.append(f"{name}={reader.version(name)}")
+        except UnknownTable:
+            parts.append(f"{name}=-")
+    return ";".join(parts)
+
+
+def _scope_json(scope: Scope) -> dict[str, Any]:
+    end = None if scope.end is None else scope.end.strftime("%Y-%m-%d %H:%M:%S")
+    return {"cluster": scope.cluster, "window_minutes": scope.window_minutes, "end": end}
+
+
+def figure_json(fig: go.Figure) -> dict[str, Any]:
+    """A figure as plain JSON values (numpy arrays, timestamps and NaN converted by plotly's encoder)."""
+    value: dict[str, Any] = json.loads(pio.to_json(fig, validate=False))
+    return value
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    page: Page
+    topic: str | None
+    scope: Scope
+    payload: dict[str, Any]
+
+
+def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, since: str | None) -> _Resolved:
+    page, topic = resolve_page(path)
+    token = version_token(reader, page)
+    scope = resolve_scope(reader, params.cluster or None, params.window_minutes)
+    if topic is not None and topic not in data.topic_names(reader, scope):
+        raise UnknownTopic(f"unknown topic '{topic}'")
+    figures = {} if since == token else {fid: figure_json(fig) for fid, fig in page.build(reader, scope, topic).items()}
+    return _Resolved(page, topic, scope, {"version": token, "scope": _scope_json(scope), "figures": figures})
+
+
+def page_payload(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
+                 since: str | None = None) -> dict[str, Any]:
+    """`{"version", "scope", "figures": {id: figure JSON}}` of a page; `figures` is empty when `since`
+    is the current version (the client already shows it). Raises UnknownPage, UnknownTopic, and
+    ValueError/TypeError for a bad window."""
+    return _resolve(reader, page, params or DashboardParams(), since).payload
+
+
+# -- HTML --------------------------------------------------------------------------------------------------
+def _nav(links: Links, current: str) -> list[tuple[str, str, bool]]:
+    return [(p.title, links.page(p.slug), current == p.slug or (p.slug == "topics" and current == "topic"))
+            for p in PAGES.values()]
+
+
+def _scope_text(scope: Scope) -> str:
+    described = _scope_json(scope)
+    if not scope.has_data:
+        return NO_DATA if scope.cluster is None else f"cluster {scope.cluster}: {NO_DATA}"
+    return f"cluster {described['cluster']} · {described['window_minutes']} min to {described['end']} UTC"
+
+
+def render_page(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
+                links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS) -> str:
+    """The HTML of a page. Served (default links) it polls its figures every `refresh_seconds` (0: never);
+    with `StaticLinks` it is a standalone file. Raises like `page_payload`."""
+    if refresh_seconds < 0:
+        raise ValueError(f"refresh_seconds must be >= 0, got {refresh_seconds}")
+    params = params or DashboardParams()
+    links = links or ServedLinks(query=params.query())
+    r = _resolve(reader, page, params, since=None)
+    figures_url = links.figures(page) if r.payload["figures"] and refresh_seconds > 0 else None
+    figures = [PlotDiv(fid, int(fig["layout"].get("height", 450))) for fid, fig in r.payload["figures"].items()]
+    served = isinstance(links, ServedLinks)
+    heading = f"Topic {r.topic}" if r.topic is not None else r.page.title
+    return render_document(
+        title=heading, heading=heading, lead=r.page.description, nav=_nav(links, r.page.slug),
+        scope_text=_scope_text(r.scope), status_text=_status_text(served, figures_url, refresh_seconds),
+        controls=controls_form(params.cluster, r.scope.window_minutes) if served else "",
+        body=r.page.body(reader, r.scope, links) if r.page.body else "", figures=figures, payload=r.payload,
+        links=links, figures_url=figures_url, refresh_seconds=refresh_seconds)
+
+
+def render_index(reader: LakehouseReader, params: DashboardParams | None = None, *,
+                 links: Links | None = None) -> str:
+    """The landing page: every dashboard page, and the cluster's topics."""
+    params = params or DashboardParams()
+    links = links or ServedLinks(query=params.query())
+    scope = resolve_scope(reader, params.cluster or None, params.window_minutes)
+    cards = "".join(f'<a href="{escape(links.page(p.slug))}"><strong>{escape(p.title)}</strong>'
+                    f'<span>{escape(p.description)}</span></a>' for p in PAGES.values())
+    body = f'<div class="grid">{cards}</div><h1>Topics</h1>{_topic_index(reader, scope, links)}'
+    served = isinstance(links, ServedLinks)
+    return render_document(
+        title="Dashboards", heading="Dashboards", lead="Kafka durability: ISR health, data loss, SLOs and posture.",
+        nav=_nav(links, ""), scope_text=_scope_text(scope), status_text="" if served else "exported snapshot",
+        controls=controls_form(params.cluster, scope.window_minutes) if served else "", body=body, figures=[],
+        payload={"version": "", "scope": _scope_json(scope), "figures": {}}, links=links, figures_url=None,
+        refresh_seconds=0)
+
+
+def _status_text(served: bool, figures_url: str | None, refresh_seconds: float) -> str:
+    if not served:
+        return "exported snapshot"
+    return f"live · every {refresh_seconds:g} s" if figures_url else "auto-refresh off"

@@ -1,0 +1,108 @@
+"""The dashboard routes (api/dashboard_routes.py) on an app holding only them, over the hand-written lakehouse."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import plotly
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from api.dashboard_routes import PLOTLY_CACHE_CONTROL, router
+from api.lakehouse import LakehouseReader
+from dashboards.html import plotly_js_path
+from isrwatch.settings import ApiSettings
+
+
+def app_over(lake: Path, **settings: object) -> FastAPI:
+    app = FastAPI()
+    app.state.reader = LakehouseReader(lake, refresh_s=0)
+    app.state.settings = ApiSettings.model_validate(settings)
+    app.include_router(router)
+    return app
+
+
+@pytest.fixture
+def client(lake: Path) -> Iterator[TestClient]:
+    with TestClient(app_over(lake)) as c:
+        yield c
+
+
+@pytest.mark.parametrize("path", ["/", "/dashboards/overview", "/dashboards/isr-heatmap", "/dashboards/topics",
+                                  "/dashboards/slos", "/dashboards/posture", "/dashboards/topics/orders"])
+def test_pages_are_html(client: TestClient, path: str) -> None:
+    r = client.get(path)
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "text/html; charset=utf-8"
+    assert r.text.startswith("<!doctype html>")
+    assert f'<script src="/static/plotly.min.js?v={plotly.__version__}">' in r.text
+
+
+def test_a_page_polls_at_the_configured_interval_unless_the_query_says_otherwise(lake: Path) -> None:
+    with TestClient(app_over(lake, dashboard_refresh_seconds=7.5)) as c:
+        assert '"refreshMs":7500' in c.get("/dashboards/overview").text
+        assert '"refreshMs":1000' in c.get("/dashboards/overview?refresh_seconds=1").text
+        assert '"figuresUrl":null' in c.get("/dashboards/overview?refresh_seconds=0").text
+
+
+def test_figures_json_carries_the_version_scope_and_figures(client: TestClient) -> None:
+    r = client.get("/api/v1/dashboards/isr-heatmap/figures", params={"cluster": "c1", "window_minutes": 5})
+    assert r.status_code == 200
+    assert r.headers["cache-control"] == "no-store"
+    body = r.json()
+    assert body["version"] == "silver.partition_state=0"
+    assert body["scope"] == {"cluster": "c1", "window_minutes": 5, "end": "2026-01-01 00:00:19"}
+    heatmap = body["figures"]["isr-heatmap"]
+    assert heatmap["data"][0]["type"] == "heatmap"
+    assert heatmap["data"][0]["y"] == ["logs-0", "orders-0", "orders-1"]
+    unchanged = client.get("/api/v1/dashboards/isr-heatmap/figures",
+                           params={"cluster": "c1", "window_minutes": 5, "since": body["version"]}).json()
+    assert unchanged["figures"] == {}
+
+
+def test_topic_figures(client: TestClient) -> None:
+    body = client.get("/api/v1/dashboards/topics/orders/figures").json()
+    assert list(body["figures"]) == ["isr-membership", "offsets", "produce-errors"]
+    assert client.get("/api/v1/dashboards/topics/old/figures", params={"cluster": "c0"}).status_code == 200
+
+
+def test_a_blank_cluster_means_the_default_one(client: TestClient) -> None:
+    assert client.get("/api/v1/dashboards/slos/figures?cluster=").json()["scope"]["cluster"] == "c1"
+
+
+@pytest.mark.parametrize(("path", "detail"), [
+    ("/dashboards/nope", "unknown dashboard page 'nope'"),
+    ("/api/v1/dashboards/nope/figures", "unknown dashboard page 'nope'"),
+    ("/dashboards/topics/nope", "unknown topic 'nope'"),
+    ("/api/v1/dashboards/topics/nope/figures", "unknown topic 'nope'"),
+])
+def test_unknown_pages_and_topics_are_404(client: TestClient, path: str, detail: str) -> None:
+    r = client.get(path)
+    assert r.status_code == 404
+    assert r.json() == {"detail": detail}
+
+
+@pytest.mark.parametrize("path", ["/dashboards/..%2F..%2Fetc%2Fpasswd", "/dashboards/topics/..%2F..%2Fetc%2Fpasswd",
+                                  "/static/..%2F..%2Fetc%2Fpasswd", "/static/plotly.min.js%2F..%2F..%2Fsetup.py"])
+def test_no_path_reaches_outside_the_dashboards(client: TestClient, path: str) -> None:
+    r = client.get(path)
+    assert r.status_code == 404
+    assert "root:" not in r.text
+
+
+@pytest.mark.parametrize("query", ["window_minutes=0", "window_minutes=-3", "window_minutes=abc",
+                                   "window_minutes=1.5", "window_minutes=40321", "refresh_seconds=-1"])
+def test_bad_query_parameters_are_422(client: TestClient, query: str) -> None:
+    assert client.get(f"/dashboards/overview?{query}").status_code == 422
+    if not query.startswith("refresh"):
+        assert client.get(f"/api/v1/dashboards/overview/figures?{query}").status_code == 422
+
+
+def test_plotly_js_is_served_from_the_package_with_a_long_cache(client: TestClient) -> None:
+    r = client.get("/static/plotly.min.js")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/javascript")
+    assert r.headers["cache-control"] == PLOTLY_CACHE_CONTROL
+    assert r.content == plotly_js_path().read_bytes()
