@@ -69,8 +69,8 @@ demo: venv jars
 	    cat .stamps/demo-serve.log; kill $$server; exit 1; }; \
 	  echo "isrwatch demo: the dashboards: http://127.0.0.1:$(DEMO_PORT)/  (static copy: demo-dashboards/index.html)"; \
 	  if [ -t 0 ]; then echo "isrwatch demo: serving until Ctrl-C"; wait $$server; \
-	  else kill $$server; wait $$server; echo "isrwatch demo: done (not a terminal, so the server stopped; "\
-	    "'.venv/bin/isrwatch serve' serves the dashboards again)"; fi
+	  else kill $$server; wait $$server 2>/dev/null; echo "isrwatch demo: done (not a terminal, so the server" \
+	    "stopped; '.venv/bin/isrwatch serve' serves the dashboards again)"; fi
 
 test: venv jars chromium
 	$(VENV)/bin/ruff check .

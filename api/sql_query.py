@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from datafusion import SessionContext, SQLOptions
+from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
 from datafusion.catalog import Schema
 
 from api.jsonable import value
@@ -27,6 +27,9 @@ _LEADING = re.compile(r"^\s*(?:--[^\n]*\n\s*|/\*.*?\*/\s*)*", re.S)
 # Only a single query, starting with SELECT, WITH, VALUES or a parenthesis.
 _QUERY_START = re.compile(r"^(select|with|values|\()", re.I)
 
+QUERY_MEMORY_BYTES = 512 * 1024 * 1024
+# A query past its time limit is answered 408, but DataFusion cannot be interrupted from Python: it finishes
+# in the background. Two workers bound how many such queries run at once.
 _pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="isrwatch-sql")
 
 
@@ -51,7 +54,10 @@ class QueryResult:
 
 
 def _context(reader: LakehouseReader) -> SessionContext:
-    ctx = SessionContext()
+    # Two partitions (the API shares the machine) and a memory pool: a query needing more fails with
+    # DataFusion's resources-exhausted error instead of growing the server.
+    ctx = SessionContext(SessionConfig().with_target_partitions(2),
+                         RuntimeEnvBuilder().with_disk_manager_disabled().with_greedy_memory_pool(QUERY_MEMORY_BYTES))
     catalog = ctx.catalog()
     by_layer: dict[str, list[str]] = {}
     for name in reader.tables():

@@ -52,9 +52,8 @@ def main_serve(args: argparse.Namespace) -> int:
 
 
 def main_dashboards(args: argparse.Namespace) -> int:
-    from dashboards.export import export_pages
-
     from api.lakehouse import LakehouseReader
+    from dashboards.export import export_pages
 
     try:
         settings = load_settings(args.config, {"lakehouse": args.lakehouse})

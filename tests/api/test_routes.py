@@ -208,6 +208,14 @@ def test_query_rejects_everything_but_one_select(client: TestClient, sql: str) -
     assert r.json()["detail"]
 
 
+def test_a_query_past_the_time_limit_is_408(api_lake: str) -> None:
+    slow = ("SELECT sum(a.x * b.y) AS s FROM (SELECT unnest(range(200000)) AS x) a "
+            "CROSS JOIN (SELECT unnest(range(1000)) AS y) b")      # ~0.7 s here
+    with TestClient(create_app(api_settings(api_lake, query_timeout_seconds=0.05))) as c:
+        r = c.post("/api/v1/query", json={"sql": slow})
+    assert r.status_code == 408 and r.json() == {"detail": "query ran longer than 0.05 s"}
+
+
 def test_query_errors_are_one_line(client: TestClient) -> None:
     r = client.post("/api/v1/query", json={"sql": "SELECT no_such_column FROM gold.alerts"})
     assert r.status_code == 400
