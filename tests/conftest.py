@@ -17,6 +17,14 @@ def spark() -> Iterator[object]:
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: object) -> str:
+    """Three emulated clusters validated into silver, with posture and SLO gold tables (tests/lakes.py)."""
+    from tests.lakes import build_silver_lake
+
+    return build_silver_lake(tmp_path_factory, spark)
+
+
 @pytest.fixture
 def lakehouse(tmp_path: Path) -> str:
     return str(tmp_path / "lakehouse")

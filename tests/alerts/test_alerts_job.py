@@ -25,8 +25,8 @@ from isrwatch.settings import load_settings
 from jobs.alerts import start_alerts
 from pipelines.alertmanager import verify
 from schemas.gold import ALERT_EVENTS, ALERTS
-from tests.alerts.conftest import UNCLEAN
 from tests.alerts.receiver import Receiver
+from tests.lakes import UNCLEAN
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "test-secret"

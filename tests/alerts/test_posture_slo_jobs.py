@@ -20,7 +20,7 @@ import pytest
 from isrwatch.delta_io import read_rows
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
-from tests.alerts.conftest import UNCLEAN
+from tests.lakes import UNCLEAN
 
 ROOT = Path(__file__).resolve().parents[2]
 

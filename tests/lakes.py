@@ -1,5 +1,7 @@
-"""The lakehouse the alerts, posture and SLO job tests share: three clusters, validated into silver, with
-the posture and SLO jobs run over them (built once for the package: emulating and validating is the slow part).
+"""The lakehouse the alerts, posture, SLO and API tests share: three clusters, validated into silver, with
+the posture and SLO jobs run over them (built once per test session by the `silver_lake` fixture in
+tests/conftest.py: emulating and validating is the slow part). Tests treat it as read-only and copy it to
+write.
 
 The clusters: a healthy one, one losing two of three brokers, and the seed's unclean election.
 """
@@ -19,7 +21,7 @@ from jobs.posture import start_posture
 from jobs.slo import start_slo
 from tests.pipeline.test_validate import validate
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LOSE_TWO: dict[str, Any] = {
     "name": "lose-two", "seed": 3, "duration": "60s", "flush_every_intervals": 10,
     "cluster": {"brokers": 3, "racks": ["a", "b", "c"]},
@@ -36,8 +38,7 @@ TABLES = ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", "
 UNCLEAN = "unclean-election-loses-d-and-e-s4"
 
 
-@pytest.fixture(scope="package")
-def silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
+def build_silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
     lake = str(tmp_path_factory.mktemp("alerts") / "lakehouse")
     for raw, run_id in ((HEALTHY, "healthy-s3"), (LOSE_TWO, "lose-two-s3")):
         Simulation(parse_scenario(raw, "<test>"), DeltaSink(lake, run_id)).run()
