@@ -10,6 +10,8 @@ causes one redraw too many, never a missed one.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -193,8 +195,31 @@ def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, since:
     scope = resolve_scope(reader, params.cluster or None, params.window_minutes)
     if topic is not None and topic not in data.topic_names(reader, scope):
         raise UnknownTopic(f"unknown topic '{topic}'")
-    figures = {} if since == token else {fid: figure_json(fig) for fid, fig in page.build(reader, scope, topic).items()}
+    figures = {} if since == token else _built_figures(reader, page, topic, scope, token)
     return _Resolved(page, topic, scope, {"version": token, "scope": _scope_json(scope), "figures": figures})
+
+
+_BUILT: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
+_BUILT_MAX = 64
+_BUILT_LOCK = threading.Lock()
+
+
+def _built_figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope,
+                   token: str) -> dict[str, Any]:
+    """A page's figures as JSON, remembered for its version token and scope: every open dashboard polls,
+    and until a table it reads changes they all get the same figures without rebuilding them."""
+    key = (id(reader), reader.root, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
+    with _BUILT_LOCK:
+        hit = _BUILT.get(key)
+        if hit is not None:
+            _BUILT.move_to_end(key)
+            return hit
+    figures = {fid: figure_json(fig) for fid, fig in page.build(reader, scope, topic).items()}
+    with _BUILT_LOCK:
+        _BUILT[key] = figures
+        while len(_BUILT) > _BUILT_MAX:
+            _BUILT.popitem(last=False)
+    return figures
 
 
 def page_payload(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
