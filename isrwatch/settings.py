@@ -145,7 +145,11 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
         node = raw
         *parents, leaf = dotted.split(".")
         for key in parents:
-            node = node.setdefault(key, {}) or {}
+            # A section the file lacks, or leaves empty (`alerts:` is None), becomes a mapping in place:
+            # `setdefault(...) or {}` would hand back a detached dict and drop the override.
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
         node[leaf] = value
     try:
         settings = PipelineSettings.model_validate(raw)
