@@ -88,6 +88,7 @@ bench: venv jars
 	$(PY) bench/emulator.py
 	$(PY) bench/pipeline.py
 	$(PY) bench/alert_quality.py
+	$(PY) bench/api.py
 
 clean:
 	rm -rf lakehouse demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache
