@@ -3,7 +3,7 @@ deliveries)."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 import pyarrow.dataset as ds
@@ -13,6 +13,7 @@ from api.deps import get_reader, get_settings, require_read
 from api.errors import ApiError
 from api.jsonable import iso, rows
 from api.lakehouse import LakehouseReader, UnknownTable
+from api.response_cache import ResponseCache
 from isrwatch.silence_store import SilenceStore
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[Depends(require_read)])
@@ -41,8 +42,20 @@ def _with_silences(alert: dict[str, Any], store: SilenceStore) -> dict[str, Any]
     return {**alert, "silenced_by": store.matching(alert["labels"])}
 
 
+def _version(reader: LakehouseReader, table: str) -> int | None:
+    try:
+        return reader.version(table)
+    except UnknownTable:
+        return None
+
+
+def _active_silences(store: SilenceStore) -> tuple[tuple[str, int], ...]:
+    now = datetime.now(UTC)
+    return tuple((s.silence_id, s.version) for s in store.all() if s.state(now) == "active")
+
+
 @router.get("/alerts", summary="Alerts: current state, filtered and paginated")
-def list_alerts(
+async def list_alerts(
     request: Request,
     reader: Annotated[LakehouseReader, Depends(get_reader)],
     state: Annotated[Literal["pending", "firing", "resolved"] | None, Query(description="alert status")] = None,
@@ -73,11 +86,19 @@ def list_alerts(
                 and (since_s is None or a["last_evaluated"] >= since_s)
                 and (until_s is None or a["active_since"] <= until_s))
 
-    matched = [a for a in _alerts(reader) if keep(a)]
     store: SilenceStore = request.app.state.silences
-    page = [_with_silences(a, store) for a in matched[offset:offset + limit]]
-    nxt = offset + limit if offset + limit < len(matched) else None
-    return {"items": page, "total": len(matched), "limit": limit, "offset": offset, "next_offset": nxt}
+
+    def compute() -> dict[str, Any]:
+        matched = [a for a in _alerts(reader) if keep(a)]
+        page = [_with_silences(a, store) for a in matched[offset:offset + limit]]
+        nxt = offset + limit if offset + limit < len(matched) else None
+        return {"items": page, "total": len(matched), "limit": limit, "offset": offset, "next_offset": nxt}
+
+    # The answer depends only on gold.alerts' version, the filters and which silences are active now.
+    key = ("alerts", _version(reader, "gold.alerts"), state, severity, rule, cluster, topic, broker, since_s,
+           until_s, limit, offset, _active_silences(store))
+    cache: ResponseCache = request.app.state.responses
+    return await cache.respond(key, compute)  # type: ignore[return-value]
 
 
 @router.get("/alerts/{fingerprint}", summary="One alert with its transition history and deliveries")

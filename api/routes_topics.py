@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.cluster_state import (
     broker_gauges,
@@ -18,6 +18,7 @@ from api.deps import get_reader, require_read
 from api.errors import ApiError
 from api.jsonable import iso, rows
 from api.lakehouse import LakehouseReader, UnknownTable
+from api.response_cache import ResponseCache
 from broker_emulator.controller import CONTROLLER_NODE_ID
 from schemas.gold_durability import FINDING_COLUMNS
 
@@ -35,6 +36,13 @@ def _posture(reader: LakehouseReader) -> dict[tuple[str, str], dict[str, Any]]:
         return reader.derive("gold.posture", "by_cluster_topic", build)
     except UnknownTable:
         return {}
+
+
+def _version(reader: LakehouseReader, table: str) -> int | None:
+    try:
+        return reader.version(table)
+    except UnknownTable:
+        return None
 
 
 def _health_counts(parts: list[dict[str, Any]]) -> dict[str, int]:
@@ -65,8 +73,16 @@ def list_topics(reader: Annotated[LakehouseReader, Depends(get_reader)], cluster
 
 @router.get("/topics/{topic}", summary="One topic: configs, posture and every partition's leader, ISR, ELR, HW, "
             "LEO and recovery state")
-def get_topic(reader: Annotated[LakehouseReader, Depends(get_reader)],
-              topic: Annotated[str, Path(max_length=249)], cluster: ClusterQuery = None) -> dict[str, Any]:
+async def get_topic(request: Request, reader: Annotated[LakehouseReader, Depends(get_reader)],
+                    topic: Annotated[str, Path(max_length=249)], cluster: ClusterQuery = None) -> dict[str, Any]:
+    # The answer depends only on these tables' versions: repeated requests reuse the encoded body.
+    versions = tuple(_version(reader, t) for t in ("silver.topic_configs", "silver.partition_state", "gold.posture"))
+    cache: ResponseCache = request.app.state.responses
+    return await cache.respond(("topic", topic, cluster, versions),  # type: ignore[return-value]
+                               lambda: _topic(reader, topic, cluster))
+
+
+def _topic(reader: LakehouseReader, topic: str, cluster: str | None) -> dict[str, Any]:
     configs = topic_configs(reader)
     holders = {c for c, t in configs if t == topic}
     if cluster is not None:

@@ -7,9 +7,10 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
-from deltalake import DeltaTable
+from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -291,3 +292,17 @@ def test_no_request_reaches_outside_the_lakehouse(client: TestClient) -> None:
         r = client.get(path)
         assert r.status_code in (404, 422), (path, r.status_code)
         assert "root:" not in r.text
+
+
+def test_answers_follow_a_new_table_version(lake_copy: str) -> None:
+    """Responses are cached per table version: a new commit is seen at the next request."""
+    with TestClient(create_app(api_settings(lake_copy, refresh_seconds=0))) as c:
+        before = c.get("/api/v1/alerts", params={"limit": 1000}).json()
+        assert c.get("/api/v1/alerts", params={"limit": 1000}).json() == before      # served again, unchanged
+        rows = DeltaTable(f"{lake_copy}/gold/alerts").to_pyarrow_table()
+        extra = rows.slice(0, 1).to_pylist()[0] | {"fingerprint": "ffffffffffffffff", "status": "firing"}
+        write_deltalake(f"{lake_copy}/gold/alerts", pa.Table.from_pylist([extra], schema=rows.schema), mode="append")
+        after = c.get("/api/v1/alerts", params={"limit": 1000}).json()
+        assert after["total"] == before["total"] + 1
+        assert "ffffffffffffffff" in {a["fingerprint"] for a in after["items"]}
+        assert c.get("/api/v1/alerts/ffffffffffffffff").json()["status"] == "firing"
