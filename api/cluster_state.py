@@ -24,26 +24,17 @@ def latest_by_cluster(reader: LakehouseReader, table: str) -> dict[str, datetime
     def build(r: LakehouseReader) -> dict[str, datetime]:
         actions = pa.table(r.delta_table(table).get_add_actions(flatten=True))
         out: dict[str, datetime] = {}
-        if not actions.num_rows:
-            return out
-        stats = {"min.run_id", "max.run_id", "max.ts"}
-        if not stats <= set(actions.column_names):
-            whole = r.read(table, ["run_id", "ts"]).group_by("run_id").aggregate([("ts", "max")])
-            return dict(zip(whole["run_id"].to_pylist(), whole["ts_max"].to_pylist(), strict=True))
-        mixed = False
-        for lo, hi, ts in zip(actions["min.run_id"].to_pylist(), actions["max.run_id"].to_pylist(),
-                              actions["max.ts"].to_pylist(), strict=True):
-            if lo is None or hi is None or ts is None:
-                continue
-            if lo != hi:
-                mixed = True
-                continue
-            if lo not in out or ts > out[lo]:
-                out[lo] = ts
-        if mixed:
-            whole = r.read(table, ["run_id", "ts"]).group_by("run_id").aggregate([("ts", "max")])
-            out = dict(zip(whole["run_id"].to_pylist(), whole["ts_max"].to_pylist(), strict=True))
-        return out
+        if {"min.run_id", "max.run_id", "max.ts"} <= set(actions.column_names):
+            for lo, hi, ts in zip(actions["min.run_id"].to_pylist(), actions["max.run_id"].to_pylist(),
+                                  actions["max.ts"].to_pylist(), strict=True):
+                if lo is None or hi is None or ts is None or lo != hi:
+                    break           # no statistics, or a file mixing runs: read the two columns instead
+                if lo not in out or ts > out[lo]:
+                    out[lo] = ts
+            else:
+                return out
+        whole = r.read(table, ["run_id", "ts"]).group_by("run_id").aggregate([("ts", "max")])
+        return dict(zip(whole["run_id"].to_pylist(), whole["ts_max"].to_pylist(), strict=True))
     try:
         return reader.derive(table, "latest_by_cluster", build)
     except UnknownTable:
@@ -51,10 +42,14 @@ def latest_by_cluster(reader: LakehouseReader, table: str) -> dict[str, datetime
 
 
 def newest_cluster(reader: LakehouseReader, candidates: set[str] | None = None) -> str | None:
-    """The cluster with the newest partition state (among `candidates`, when given)."""
+    """The cluster with the newest partition state (among `candidates`, when given); on a tie the smallest
+    name, so the choice is stable."""
     latest = latest_by_cluster(reader, "silver.partition_state")
-    pool = [(ts, c) for c, ts in latest.items() if candidates is None or c in candidates]
-    return max(pool)[1] if pool else None
+    pool = {c: ts for c, ts in latest.items() if candidates is None or c in candidates}
+    if not pool:
+        return None
+    newest = max(pool.values())
+    return min(c for c, ts in pool.items() if ts == newest)
 
 
 def partition_snapshot(reader: LakehouseReader, cluster: str) -> list[dict[str, Any]]:

@@ -3,8 +3,8 @@
 Each table is opened once with delta-rs and re-checked for a new version at most every `refresh_s`
 seconds, so a burst of requests costs one log read per table, not one per request. Whole-table reads
 are cached per (table, version, columns): a request on an unchanged table is served from memory.
-Large time series are never read whole: `latest_ts` comes from the files' statistics and
-`scan` pushes filters down to file and row-group statistics.
+Large time series are never read whole: `scan` pushes filters down to file and row-group statistics
+(api/cluster_state.py finds each cluster's newest snapshot from the files' statistics alone).
 
 Only the known layers under the configured root are reachable: a name is `<layer>.<table>` with
 both parts plain identifiers, so no request can point the reader at another path.
@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
@@ -88,6 +87,13 @@ class LakehouseReader:
     def version(self, name: str) -> int:
         return self._handle(name).version
 
+    def version_or_none(self, name: str) -> int | None:
+        """The table's version, None while it does not exist (a cache key that changes once it appears)."""
+        try:
+            return self._handle(name).version
+        except UnknownTable:
+            return None
+
     def delta_table(self, name: str) -> DeltaTable:
         """The current DeltaTable (for the SQL endpoint's DataFusion registration)."""
         return self._handle(name).table
@@ -121,24 +127,6 @@ class LakehouseReader:
         """Rows matching `filter`; files and row groups whose statistics exclude it are not read."""
         c = self._handle(name)
         return c.table.to_pyarrow_dataset().to_table(filter=filter, columns=columns)
-
-    def latest_ts(self, name: str, column: str = "ts") -> datetime | None:
-        """The largest value of a timestamp column, from the files' statistics (no data read)."""
-        c = self._handle(name)
-        with c.lock:
-            if column in c.latest:
-                return c.latest[column]
-        actions = pa.table(c.table.get_add_actions(flatten=True))
-        stat = f"max.{column}"
-        if actions.num_rows == 0:
-            value = None
-        elif stat in actions.column_names and actions[stat].null_count == 0:
-            value = pc.max(actions[stat]).as_py()
-        else:  # no statistics recorded: read the column
-            value = pc.max(c.table.to_pyarrow_table(columns=[column])[column]).as_py()
-        with c.lock:
-            c.latest[column] = value
-        return value
 
     # -- cache ------------------------------------------------------------------------------------------
     def _handle(self, name: str) -> _Cached:

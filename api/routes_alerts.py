@@ -42,13 +42,6 @@ def _with_silences(alert: dict[str, Any], store: SilenceStore) -> dict[str, Any]
     return {**alert, "silenced_by": store.matching(alert["labels"])}
 
 
-def _version(reader: LakehouseReader, table: str) -> int | None:
-    try:
-        return reader.version(table)
-    except UnknownTable:
-        return None
-
-
 def _active_silences(store: SilenceStore) -> tuple[tuple[str, int], ...]:
     now = datetime.now(UTC)
     return tuple((s.silence_id, s.version) for s in store.all() if s.state(now) == "active")
@@ -95,7 +88,7 @@ async def list_alerts(
         return {"items": page, "total": len(matched), "limit": limit, "offset": offset, "next_offset": nxt}
 
     # The answer depends only on gold.alerts' version, the filters and which silences are active now.
-    key = ("alerts", _version(reader, "gold.alerts"), state, severity, rule, cluster, topic, broker, since_s,
+    key = ("alerts", reader.version_or_none("gold.alerts"), state, severity, rule, cluster, topic, broker, since_s,
            until_s, limit, offset, _active_silences(store))
     cache: ResponseCache = request.app.state.responses
     return await cache.respond(key, compute)  # type: ignore[return-value]

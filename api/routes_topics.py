@@ -24,6 +24,7 @@ from schemas.gold_durability import FINDING_COLUMNS
 
 router = APIRouter(prefix="/api/v1", tags=["topics"], dependencies=[Depends(require_read)])
 
+TOPIC_TABLES = ("silver.topic_configs", "silver.partition_state", "gold.posture")
 FINDINGS = tuple(name.removeprefix("finding_") for name, _ in FINDING_COLUMNS)
 ClusterQuery = Annotated[str | None, Query(max_length=200, description="cluster (emulator run id); default: all, "
                                            "or for one topic the cluster with the newest data")]
@@ -36,13 +37,6 @@ def _posture(reader: LakehouseReader) -> dict[tuple[str, str], dict[str, Any]]:
         return reader.derive("gold.posture", "by_cluster_topic", build)
     except UnknownTable:
         return {}
-
-
-def _version(reader: LakehouseReader, table: str) -> int | None:
-    try:
-        return reader.version(table)
-    except UnknownTable:
-        return None
 
 
 def _health_counts(parts: list[dict[str, Any]]) -> dict[str, int]:
@@ -76,7 +70,7 @@ def list_topics(reader: Annotated[LakehouseReader, Depends(get_reader)], cluster
 async def get_topic(request: Request, reader: Annotated[LakehouseReader, Depends(get_reader)],
                     topic: Annotated[str, Path(max_length=249)], cluster: ClusterQuery = None) -> dict[str, Any]:
     # The answer depends only on these tables' versions: repeated requests reuse the encoded body.
-    versions = tuple(_version(reader, t) for t in ("silver.topic_configs", "silver.partition_state", "gold.posture"))
+    versions = tuple(reader.version_or_none(t) for t in TOPIC_TABLES)
     cache: ResponseCache = request.app.state.responses
     return await cache.respond(("topic", topic, cluster, versions),  # type: ignore[return-value]
                                lambda: _topic(reader, topic, cluster))

@@ -16,7 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from api.lakehouse import LakehouseReader, UnknownTable
+from api.cluster_state import latest_by_cluster, newest_cluster
+from api.lakehouse import LakehouseReader
 from schemas.bronze import TS
 
 PARTITION_STATE = "silver.partition_state"
@@ -26,7 +27,6 @@ MAX_WINDOW_MINUTES = 28 * 24 * 60
 # Enough points for a chart as wide as a screen, few enough that a large cluster's page stays fast.
 MAX_TIME_BUCKETS = 300
 # Where to look first for a named cluster's latest snapshot: a live cluster is near the lakehouse's latest.
-_RECENT_LOOKBACK = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -66,27 +66,11 @@ def resolve_scope(reader: LakehouseReader, cluster: str | None = None, window_mi
     window = check_window_minutes(window_minutes)
     if cluster is not None and not isinstance(cluster, str):
         raise TypeError(f"cluster must be a str, got {type(cluster).__name__}")
-    try:
-        latest = reader.latest_ts(PARTITION_STATE)
-    except UnknownTable:
-        return Scope(cluster, window, None)
-    if latest is None:
-        return Scope(cluster, window, None)
+    # The newest snapshot per cluster, from Delta file statistics, remembered per table version.
+    latest = latest_by_cluster(reader, PARTITION_STATE)
     if cluster is None:
-        at_latest = reader.scan(PARTITION_STATE, ds.field("ts") >= ts_scalar(latest), ["run_id"])
-        # Several clusters can share the latest snapshot time: the smallest name, so the choice is stable.
-        return Scope(pc.min(at_latest["run_id"]).as_py(), window, latest)
-    return Scope(cluster, window, _cluster_latest(reader, cluster, latest))
-
-
-def _cluster_latest(reader: LakehouseReader, cluster: str, latest: datetime) -> datetime | None:
-    of_cluster = ds.field("run_id") == cluster
-    recent = reader.scan(PARTITION_STATE, of_cluster & (ds.field("ts") >= ts_scalar(latest - _RECENT_LOOKBACK)),
-                         ["ts"])
-    if recent.num_rows == 0:  # a cluster that stopped long ago: read its timestamps (one column)
-        recent = reader.scan(PARTITION_STATE, of_cluster, ["ts"])
-    value: datetime | None = pc.max(recent["ts"]).as_py()
-    return value
+        cluster = newest_cluster(reader)
+    return Scope(cluster, window, latest.get(cluster) if cluster is not None else None)
 
 
 def ts_scalar(value: datetime) -> pa.Scalar:
