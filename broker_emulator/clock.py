@@ -35,6 +35,10 @@ class EventQueue:
         self._seq += 1
         heapq.heappush(self._heap, (at_ms, priority, self._seq, kind, payload))
 
+    def pending(self) -> list[tuple[str, Any]]:
+        """The (kind, payload) of every scheduled event, in no particular order (for checkers)."""
+        return [e[3:] for e in self._heap]
+
     def next_time(self) -> int | None:
         return self._heap[0][0] if self._heap else None
 

@@ -36,7 +36,7 @@ def _crash(sim: Simulation, a: Action, loss: str | None = None) -> None:
         if st.liveness in _DOWN:
             continue
         st.liveness = Liveness.CRASHED
-        st.stalled = []
+        close_connections(sim, b)
         if loss is None:
             continue
         sim.data_loss_by_broker[b] = loss
@@ -47,6 +47,26 @@ def _crash(sim: Simulation, a: Action, loss: str | None = None) -> None:
                 sim.events.emit("truncation", broker_id=b, p=p, cause=loss, records=removed,
                                 detail={"to_offset": int(t.leo[p, s])})
                 sim.ledger.check_all_replicas(p)
+
+
+def close_connections(sim: Simulation, b: int) -> None:
+    """`b` crashed or stopped: what it held fails as a closed connection does.
+
+    Requests that reached it while it was paused are answered by no one: producers retry their
+    batches, fetchers back off and re-send, and a response the paused follower never read ends that
+    follower's session (it starts afresh when the broker registers again). Fetches parked at it fail.
+    """
+    st = sim.brokers.by_id[b]
+    stalled, st.stalled = st.stalled, []
+    for kind, payload in stalled:
+        if kind == "fetch_leader":
+            sim.replication.retry_after_backoff((payload.follower, payload.leader))
+        elif kind == "fetch_apply":
+            sim.replication.busy[(payload.request.follower, payload.request.leader)] = False
+        elif kind == "produce_arrive":
+            sim.produce.connection_closed(payload[1])
+        # "fetch_wake": the parked fetch it would have answered fails just below.
+    sim.replication.leader_gone(b)
 
 
 def _power_loss(sim: Simulation, a: Action) -> None:
@@ -115,6 +135,7 @@ def _controlled_shutdown(sim: Simulation, a: Action) -> None:
             sim.controller.controlled_shutdown(b)
         else:
             st.liveness = Liveness.STOPPED  # the controller finds out by the session timeout
+            close_connections(sim, b)
 
 
 def _config_change(sim: Simulation, a: Action) -> None:

@@ -64,6 +64,8 @@ class Invariants:
         self.prev_hw = np.where(acting, hw, self.prev_hw)
         self.prev_epoch = np.where(acting, t.leader_epoch[:n], -1)
         self._log_matching(full)
+        if full or self.checks % 30 == 0:  # it scans the whole event queue: every 30th interval is enough
+            self._fetch_sessions_progress()
         if sim.ledger.unexplained:
             raise InvariantViolation(self._message("acknowledged records lost: " + sim.ledger.unexplained[0]))
 
@@ -97,6 +99,32 @@ class Invariants:
                 got = t.epoch_at(p, s, hw - 1)
                 if got != want and t.log_start[p, s] < hw:
                     self._fail(f"log divergence below HW {hw}: leader epoch {want}, replica {b} epoch {got}", p)
+
+    def _fetch_sessions_progress(self) -> None:
+        """Every running fetch session has a next step: an event queued, a parked fetch whose wake is
+        queued, or a request a paused broker holds. A session with none would never fetch again, and
+        its follower could never rejoin the ISR (a liveness bug the safety checks above cannot see).
+        """
+        sim = self.sim
+        rep = sim.replication
+        steps = list(sim.queue.pending())
+        for b in sim.brokers.ids:
+            steps += sim.brokers.by_id[b].stalled
+        ahead: set[tuple[int, int]] = set()
+        for kind, payload in steps:
+            if kind == "fetch_send":
+                ahead.add(payload)
+            elif kind == "fetch_leader":
+                ahead.add((payload.follower, payload.leader))
+            elif kind == "fetch_apply":
+                ahead.add((payload.request.follower, payload.request.leader))
+            elif kind == "fetch_wake":
+                parked = rep.parked.get(payload[:2])
+                if parked is not None and parked.request_id == payload[2]:
+                    ahead.add(payload[:2])
+        for key in sorted(k for k, busy in rep.busy.items() if busy and k not in ahead):
+            raise InvariantViolation(self._message(f"fetch session {key[0]}->{key[1]} has no next step: "
+                                                   "it would never fetch again"))
 
     def _fail(self, what: str, p: int) -> None:
         raise InvariantViolation(self._message(f"{what} on partition {self.sim.describe(p)}"))

@@ -126,6 +126,11 @@ class Produce:
         jitter = self.producers[b.producer].rng.uniform(0.8, 1.2)
         sim.queue.schedule(now + max(1, int(backoff * jitter)), "produce_retry", b)
 
+    def connection_closed(self, batches: list[Batch]) -> None:
+        """The leader went down holding these (a paused broker that crashed): the client retries them."""
+        for b in batches:
+            self._retry_later(b, None)
+
     def retry(self, b: Batch) -> None:
         self.send([b])
 

@@ -99,7 +99,7 @@ class Replication:
             self.busy[key] = False
             return
         if not sim.network.reachable(follower, leader) or not sim.brokers.accepts_requests(leader):
-            sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send", key)
+            self.retry_after_backoff(key)
             return
         flat = t.flat
         fs = members.fs
@@ -143,8 +143,7 @@ class Replication:
             elif sim.brokers.is_paused(req.leader):
                 sim.brokers.stall(req.leader, "fetch_leader", req)
             else:
-                sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_backoff_ms, "fetch_send",
-                                   (req.follower, req.leader))
+                self.retry_after_backoff((req.follower, req.leader))
         if not live:
             return
         now = sim.clock.now_ms
@@ -237,6 +236,21 @@ class Replication:
             t.flat.hw[fl[move]] = candidate[move]
             t.fetch_dirty[ps[move]] = True
             sim.produce.hw_advanced(ps[move])
+
+    def leader_gone(self, leader: int) -> None:
+        """`leader` crashed or stopped: its connections closed, so the fetches parked there fail now.
+
+        Their followers retry after replica.fetch.backoff.ms, as a fetcher thread does on a
+        disconnect. Without this a parked fetch whose wait ends while the leader is down would be
+        answered by no one, and the session would stay silent until new data reached it: on a
+        partition refusing writes (ISR below min ISR) that is forever.
+        """
+        for key in sorted(k for k in self.parked if k[1] == leader):
+            del self.parked[key]
+            self.retry_after_backoff(key)
+
+    def retry_after_backoff(self, key: tuple[int, int]) -> None:
+        self.sim.queue.schedule(self.sim.clock.now_ms + self.sim.cfg.replica_fetch_backoff_ms, "fetch_send", key)
 
     def wake(self, payload: tuple[int, int, int]) -> None:
         follower, leader, request_id = payload

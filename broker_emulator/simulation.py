@@ -19,6 +19,7 @@ from broker_emulator.config import BrokerConfig
 from broker_emulator.controller import Controller
 from broker_emulator.errors import InvalidReplicationFactor, InvariantViolation
 from broker_emulator.events import EventLog
+from broker_emulator.fault_actions import apply_action, close_connections
 from broker_emulator.faults import Action, Fault
 from broker_emulator.invariants import Invariants
 from broker_emulator.ledger import Ledger
@@ -283,8 +284,6 @@ class Simulation:
 
     # --- faults ------------------------------------------------------------------------------------
     def _fault(self, a: Action) -> None:
-        from broker_emulator.fault_actions import apply_action
-
         apply_action(self, a)
 
     def _shutdown_complete(self, b: int) -> None:
@@ -292,6 +291,7 @@ class Simulation:
         if st.liveness is not Liveness.SHUTTING_DOWN:
             return
         st.liveness = Liveness.STOPPED
+        close_connections(self, b)
         self.controller.fenced[b] = True
         self.events.emit("broker_state", broker_id=b, cause="controlled_shutdown", detail={"state": "stopped"})
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import numpy as np
@@ -150,3 +151,50 @@ def test_a_leaderless_partition_counts_on_no_broker() -> None:
     assert g[(CONTROLLER_NODE_ID, "OfflinePartitionsCount")] == 1
     assert g[(2, "UnderMinIsrPartitionCount")] == 0 and g[(2, "LeaderCount")] == 0
     assert np.all(sim.table.leader[:1] == -1)
+
+
+PARKED = """
+name: t
+duration: 90s
+cluster: {brokers: 3, config: {replica.fetch.wait.max.ms: 5000}}
+topics:
+  - {name: a, partitions: 1, replication.factor: 3, config: {min.insync.replicas: 3}, assignment: [[1, 2, 3]]}
+  - {name: b, partitions: 1, replication.factor: 3, config: {min.insync.replicas: 2}, assignment: [[2, 1, 3]]}
+workload:
+  producers:
+    - {name: w, topic: a, acks: all, rate: 100, linger.ms: 20, delivery.timeout.ms: 5s}
+faults:
+  - {at: 10s, kind: controlled_shutdown, broker: 2, duration: 10s}
+  - {at: 40s, kind: crash, broker: 1, duration: 10s}
+"""
+
+
+def test_a_fetch_parked_at_a_leader_that_stops_is_retried_not_lost() -> None:
+    # Topic b has no producer, so 1 and 3 long-poll broker 2 for 5 s at a time. Broker 2 stops at
+    # 10 s with those fetches parked: they must fail and be re-sent, or the sessions (1->2, 3->2)
+    # fall silent. At 40 s broker 1 crashes and 2 leads a; a refuses writes (ISR [2, 3] < min ISR 3),
+    # so no new data would ever wake a silent session: 1 must still come back into a's ISR.
+    sim = simulate(PARKED)
+    sim.run_until(58_000)
+    back = [e for e in events(sim, "isr_expand") if e[4] == "a" and e[0] > 50_000]
+    assert [json.loads(e[9])["added"] for e in back] == [[1]]
+    assert back[0][0] <= 52_000 + 5_000 + 1_000  # registered at 52 s; the next fetch after unfencing
+    hw_back = hw(sim, 0)
+    sim.run()
+    assert isr(sim, 0) == [1, 2, 3] and leader_of(sim, 0) == 2
+    assert hw(sim, 0) - hw_back >= 3_000  # writable again: 32 s x 100 records/s, less those in flight
+
+
+def test_requests_held_by_a_paused_broker_that_crashes_fail_and_are_retried() -> None:
+    # Broker 1 (leader) pauses: produce and fetch requests wait in it. It then crashes: producers
+    # retry those batches (none is left unresolved) and the followers' fetchers back off and
+    # re-send, so they follow 1 again once a preferred election hands it the lead back.
+    sim = simulate(base("  - {at: 10s, kind: pause, broker: 1, duration: 10s}\n"
+                        "  - {at: 12s, kind: crash, broker: 1, duration: 10s}\n"
+                        "  - {at: 40s, kind: elect_leaders, topic: t, election_type: preferred}", duration="90s")
+                   .replace("rate: 100,", "rate: 100, stop: 80s,"))
+    s = sim.run()
+    assert leader_of(sim) == 1 and isr(sim) == [1, 2, 3]
+    assert [e[0] for e in events(sim, "isr_shrink") if e[0] > 40_000] == []
+    sent, acked, failed = (sum(s["records"][k].values()) for k in ("sent", "acked", "failed"))
+    assert failed > 0 and sent == acked + failed  # every batch 1 held was retried, then acked or expired
