@@ -217,6 +217,12 @@ class PartitionTable:
         """Truncate slot s's log to `offset` (exclusive end); returns records removed."""
         offset = max(offset, int(self.log_start[p, s]))
         self.fetch_dirty[p] = True
+        # The epoch cache is cut even when no record goes (as UnifiedLog.truncateTo does): a broker
+        # that became leader, assigned its epoch's start offset and appended nothing before losing
+        # the lead holds an entry that would label the new leader's records with its epoch.
+        cache = self.epoch_caches[p][s]
+        while cache and cache[-1][1] >= min(offset, int(self.leo[p, s])):
+            cache.pop()
         removed = int(self.leo[p, s]) - offset
         if removed <= 0:
             return 0
@@ -224,9 +230,6 @@ class PartitionTable:
         self.hw[p, s] = min(int(self.hw[p, s]), offset)
         self.flushed[p, s] = min(int(self.flushed[p, s]), offset)
         self.writeback_mark[p, s] = min(int(self.writeback_mark[p, s]), offset)
-        cache = self.epoch_caches[p][s]
-        while cache and cache[-1][1] >= offset:
-            cache.pop()
         segs = self.segments[p][s]
         while segs and segs[-1].base_offset >= offset:
             segs.pop()

@@ -98,3 +98,16 @@ def test_regression_seed_4_power_loss_truncates_a_crashed_leaders_log() -> None:
     summary = sim.run()
     assert summary["invariant_violations"] == 0
     assert set(summary["lost_by"]) == {"power_loss"}
+
+
+def test_regression_seed_543_a_leader_that_wrote_nothing_leaves_no_epoch_behind() -> None:
+    """Seed 543 once tripped log matching: 4 led safe-1 at epoch 1 (cut off from the old leader 2)
+    and appended nothing; when 2 came back as the ELR leader, 4's truncation removed no record and
+    kept its empty epoch-1 entry, so the epoch-0 records it then fetched read as epoch 1.
+    """
+    sim = Simulation(parse_scenario({**SWARM, "seed": 543}, "<swarm>"))
+    p = sim.topic_range["safe"][0] + 1
+    summary = sim.run()
+    assert summary["invariant_violations"] == 0 and summary["records"]["lost"] == {}
+    slot = sim.table.slot_of(p, 4)
+    assert [e for e, _start in sim.table.epoch_caches[p][slot]] == [0, 3]  # epoch 1 is gone

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from broker_emulator.state import PartitionTable
 from tests.emulator.helpers import leader_of, leo, simulate
 
 # One record reaches followers 2 and 3 and is committed on leader 1 (HW=1) while the followers still
@@ -40,3 +41,21 @@ def test_truncation_by_leader_epoch_keeps_it() -> None:
     assert leo(sim, 3) == 1
     assert summary["records"]["acked"] == {"all": 1}
     assert summary["records"]["lost"] == {}
+
+
+def test_truncating_at_the_log_end_drops_an_epoch_that_wrote_nothing() -> None:
+    # A broker became leader at epoch 1 at offset 5 (its epoch cache says so), appended nothing,
+    # and lost the lead. A new leader's records from offset 5 on are epoch 0's; the follower's
+    # truncation to 5 removes no record but must remove the empty epoch-1 entry, as
+    # UnifiedLog.truncateTo does, or the records it fetches next would read as epoch 1.
+    t = PartitionTable(1, 3)
+    p = t.add_partition(0, 0, (1, 2, 3), 0, 100)
+    t.leo[p, 1] = 5
+    t.assign_epoch(p, 1, 0, 0)
+    t.assign_epoch(p, 1, 1, 5)
+    assert t.truncate(p, 1, 5) == 0
+    assert t.epoch_caches[p][1] == [(0, 0)]
+    t.leo[p, 1] = 8  # the fetched records, copied from a leader whose last epoch is 0
+    assert t.epoch_at(p, 1, 7) == 0
+    t.assign_epoch(p, 1, 2, 8)
+    assert t.truncate(p, 1, 9) == 0 and t.epoch_caches[p][1] == [(0, 0)]  # past the end: cut at the end
