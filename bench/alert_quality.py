@@ -4,8 +4,8 @@
 
 1. Quality: every shipped scenario is emulated into one lakehouse (a cluster each), the pipeline runs
    to the end (validate, posture, slo, alerts; available-now), and the alerts are scored per failure
-   class (pipelines/alert_truth.py): writes refused, acknowledged data lost, offline partitions, unsafe
-   single-copy acks — recall, precision, and detection delay in simulated time.
+   class (pipelines/alert_truth.py): writes refused, acknowledged data lost, unclean elections, offline
+   partitions, unsafe single-copy acks — recall, precision, and detection delay in simulated time.
 2. Latency: the default scenario at live pace while validate and alerts run live, delivering to a
    webhook receiver in this process; for each firing alert, the wall time from the first bronze commit
    holding the sample that breached the rule to the POST's arrival (p50, p95).
@@ -84,7 +84,8 @@ def quality(scenarios: list[Path]) -> None:
         _bronze(lake, "partition_state", ["run_id", "ts", "topic", "partition", "leader", "isr",
                                           "effective_min_isr", "replicas"]),
         _bronze(lake, "ack_ledger", ["run_id", "ts", "topic", "partition", "acks", "records_acked",
-                                     "records_lost"]))
+                                     "records_lost"]),
+        _bronze(lake, "cluster_events", ["run_id", "ts", "topic", "partition", "event_type", "cause"]))
     events = read_rows(ALERT_EVENTS, lake).to_pandas()
     summary, matches = score(truth, events)
     print(f"  {'class':<20} {'episodes':>8} {'detected':>8} {'recall':>7} {'alerts':>7} {'true':>6} "

@@ -15,13 +15,17 @@ import pandas as pd
 
 CLASSES: dict[str, tuple[str, ...]] = {
     "writes_refused": ("UnderMinIsr",),
-    "acked_data_lost": ("AckedRecordsLost", "UncleanLeaderElection"),
+    "acked_data_lost": ("AckedRecordsLost",),
+    # UncleanLeaderElection says "acknowledged records may be lost": its truth is the election itself.
+    "unclean_elections": ("UncleanLeaderElection",),
     "offline_partitions": ("OfflinePartitions", "PartitionOffline"),
     "single_copy_acks": ("SingleCopyAcks",),
 }
 CLASS_DOCS: dict[str, str] = {
     "writes_refused": "the partition has a leader and ISR < effective min ISR: acks=all produce is refused",
     "acked_data_lost": "the ack ledger reports acknowledged records lost (one episode per partition and interval)",
+    "unclean_elections": "the controller elected an out-of-sync leader (cluster_events election, cause unclean "
+                         "or last_known_leader): acknowledged records may be lost",
     "offline_partitions": "the partition has no leader (leader -1): no reads, no writes",
     "single_copy_acks": "a lone in-sync leader (ISR 1, effective min ISR <= 1, RF > 1) acknowledged acks=all "
                         "records in the interval",
@@ -60,10 +64,19 @@ def _runs(samples: pd.DataFrame, cond: np.ndarray, cls: str) -> pd.DataFrame:
     return out.reset_index(drop=True).assign(cls=cls, records=0.0)
 
 
-def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame) -> pd.DataFrame:
-    """Ground-truth episodes (`CLASS_DOCS`): cls, cluster, topic, partition, start, end, records (lost, else 0)."""
+UNCLEAN_CAUSES = ("unclean", "last_known_leader")  # the elections UncleanLeaderElectionsPerSec counts
+
+
+def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
+             cluster_events: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Ground-truth episodes (`CLASS_DOCS`): cls, cluster, topic, partition, start, end, records (lost, else 0).
+
+    Without `cluster_events` there are no unclean-election episodes.
+    """
     _require(partition_state, [*_SAMPLE_KEYS, "leader", "isr", "effective_min_isr", "replicas"], "partition_state")
     _require(ack_ledger, [*_SAMPLE_KEYS, "acks", "records_acked", "records_lost"], "ack_ledger")
+    if cluster_events is not None:
+        _require(cluster_events, [*_SAMPLE_KEYS, "event_type", "cause"], "cluster_events")
     acks_all = (ack_ledger[ack_ledger["acks"] == "all"].astype({"partition": "int64"})
                 .groupby(_SAMPLE_KEYS, as_index=False)["records_acked"].sum()
                 .rename(columns={"records_acked": "acks_all_acked"}))
@@ -83,6 +96,12 @@ def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame) -> pd.Data
     parts.append(pd.DataFrame({"cls": "acked_data_lost", "cluster": lost["run_id"], "topic": lost["topic"],
                                "partition": lost["partition"], "start": lost["ts"], "end": lost["ts"],
                                "records": lost["records_lost"].astype("float64")}))
+    if cluster_events is not None:
+        ce = cluster_events
+        unclean = ce[(ce["event_type"] == "election") & ce["cause"].isin(UNCLEAN_CAUSES)]
+        parts.append(pd.DataFrame({"cls": "unclean_elections", "cluster": unclean["run_id"],
+                                   "topic": unclean["topic"], "partition": unclean["partition"],
+                                   "start": unclean["ts"], "end": unclean["ts"], "records": 0.0}))
     out = pd.concat([p[EPISODE_COLUMNS] for p in parts], ignore_index=True)
     out = out.astype({"partition": "int64", "records": "float64"})
     return out.sort_values(["cls", "cluster", "topic", "partition", "start"], kind="stable", ignore_index=True)

@@ -199,3 +199,25 @@ def test_missing_columns_name_the_argument() -> None:
         score(pd.DataFrame([ep("writes_refused", 1, 2)]).drop(columns="end"), pd.DataFrame(alert("UnderMinIsr", 1)))
     with pytest.raises(ValueError, match=r"alert_events: missing column.* labels"):
         firing_intervals(pd.DataFrame(alert("UnderMinIsr", 1)).drop(columns="labels"))
+
+
+def event(s: float, event_type: str, cause: str, run: str = "c1") -> dict[str, Any]:
+    return {"run_id": run, "ts": at(s), "topic": "t", "partition": 0, "event_type": event_type, "cause": cause}
+
+
+def test_unclean_elections_are_their_own_episodes_scored_against_the_unclean_election_rule() -> None:
+    ce = pd.DataFrame([event(5, "election", "clean"), event(9, "election", "unclean"),
+                       event(30, "election", "last_known_leader", run="c2"), event(40, "isr_shrink", "lag")])
+    eps = episodes(pd.DataFrame([state(0, 3)]), NO_ACKS, ce)
+    assert spans(eps, "unclean_elections") == [(0, at(9), at(9)), (0, at(30), at(30))]
+    assert list(eps["cluster"]) == ["c1", "c2"] and set(eps["cls"]) == {"unclean_elections"}
+    assert episodes(pd.DataFrame([state(0, 3)]), NO_ACKS).empty  # no events: no such episodes
+    # The rule's alert on c1 is true; one on c3 is not; c2's election is missed. The rule no longer counts
+    # against acknowledged loss, where it claimed none.
+    row, matches = run(eps.to_dict("records"), alert("UncleanLeaderElection", 10, 70),
+                       alert("UncleanLeaderElection", 10, cluster="c3"))
+    assert (row["episodes"], row["detected"], row["alerts"], row["true_alerts"]) == (2, 1, 2, 1)
+    assert "UncleanLeaderElection" not in CLASSES["acked_data_lost"]
+    assert matches.loc[matches["detected"], "delay_s"].tolist() == [1.0]
+    with pytest.raises(ValueError, match=r"cluster_events: missing column.* cause"):
+        episodes(pd.DataFrame([state(0, 3)]), NO_ACKS, ce.drop(columns="cause"))
