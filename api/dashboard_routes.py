@@ -17,7 +17,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
-from api.deps import get_reader, get_settings, require_read
+from api.deps import current_settings, get_reader, require_read
 from api.lakehouse import LakehouseReader
 from dashboards.html import ServedLinks, plotly_js_path
 from dashboards.pages import (
@@ -40,7 +40,7 @@ router = APIRouter(tags=["dashboards"], dependencies=[Depends(require_read)])
 PLOTLY_CACHE_CONTROL = "public, max-age=31536000, immutable"
 
 ReaderDep = Annotated[LakehouseReader, Depends(get_reader)]
-SettingsDep = Annotated[ApiSettings, Depends(get_settings)]
+SettingsDep = Annotated[ApiSettings, Depends(current_settings)]
 ClusterQuery = Annotated[str | None, Query(max_length=200, description="cluster (emulator run id); default: the "
                                            "one with the latest partition state")]
 WindowQuery = Annotated[int | None, Query(gt=0, le=MAX_WINDOW_MINUTES, description="minutes of data up to the "
