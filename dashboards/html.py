@@ -49,6 +49,12 @@ box-shadow:0 1px 2px rgba(0,0,0,.06)}
 .grid a strong{display:block;font-size:16px;margin-bottom:4px;color:#1d4ed8}
 .grid a span{font-size:13px;color:#4b5563}
 .empty{color:#6b7280;font-style:italic}
+.isrwatch-table{padding:6px 8px 10px;overflow-x:auto}
+.isrwatch-table h2{font-size:17px;font-weight:400;margin:6px 4px 2px}
+.isrwatch-table p.subtitle{font-size:12px;color:#6b7280;margin:0 4px 8px}
+.isrwatch-table table{width:100%;border-collapse:collapse;font-size:12px;table-layout:fixed}
+.isrwatch-table th{background:#f3f4f6;text-align:left;padding:6px 8px;border:1px solid #e5e7eb}
+.isrwatch-table td{padding:5px 8px;border:1px solid #e5e7eb;vertical-align:top;overflow-wrap:anywhere}
 """
 
 SCRIPT = """
@@ -60,11 +66,63 @@ SCRIPT = """
   var status = document.getElementById("isrwatch-status");
   var scopeText = document.getElementById("isrwatch-scope");
 
+  function text(tag, content, className) {
+    var el = document.createElement(tag);
+    el.textContent = content;
+    if (className) { el.className = className; }
+    return el;
+  }
+
+  // A table trace becomes an HTML table: the cartesian plotly.js bundle has no table trace, and a
+  // browser lays out text tables faster than plotly.js draws them. Cells are set as text, never as HTML.
+  function drawTable(div, figure) {
+    var trace = figure.data[0], title = (figure.layout && figure.layout.title) || {};
+    var columns = trace.header.values.map(function (h) { return String(h).replace(/<[^>]*>/g, ""); });
+    var cells = trace.cells.values, fills = (trace.cells.fill && trace.cells.fill.color) || null;
+    var widths = trace.columnwidth || columns.map(function () { return 1; });
+    var total = widths.reduce(function (a, b) { return a + b; }, 0);
+    var table = document.createElement("table"), colgroup = document.createElement("colgroup");
+    widths.forEach(function (w) {
+      var col = document.createElement("col");
+      col.style.width = (100 * w / total).toFixed(2) + "%";
+      colgroup.appendChild(col);
+    });
+    table.appendChild(colgroup);
+    var head = table.createTHead().insertRow();
+    columns.forEach(function (c) { head.appendChild(text("th", c)); });
+    var body = table.createTBody(), rows = cells.length ? cells[0].length : 0;
+    for (var r = 0; r < rows; r++) {
+      var tr = body.insertRow();
+      for (var c = 0; c < cells.length; c++) {
+        var td = text("td", String(cells[c][r]));
+        if (fills) { td.style.background = fills[Math.min(c, fills.length - 1)][r]; }
+        tr.appendChild(td);
+      }
+    }
+    if (div.classList.contains("js-plotly-plot")) { Plotly.purge(div); }
+    div.textContent = "";
+    div.classList.add("isrwatch-table");
+    div.style.minHeight = "0";   // the reserved plot height would leave a gap under a short table
+    div.appendChild(text("h2", title.text || ""));
+    if (title.subtitle && title.subtitle.text) { div.appendChild(text("p", title.subtitle.text, "subtitle")); }
+    div.appendChild(table);
+    return Promise.resolve();
+  }
+
   function draw(figures) {
     var jobs = [];
     Object.keys(figures).forEach(function (id) {
-      var div = document.getElementById("fig-" + id);
-      if (div) { jobs.push(Plotly.react(div, figures[id].data, figures[id].layout, plotConfig)); }
+      var div = document.getElementById("fig-" + id), figure = figures[id];
+      if (!div) { return; }
+      if (figure.data.length && figure.data[0].type === "table") {
+        jobs.push(drawTable(div, figure));
+        return;
+      }
+      if (div.classList.contains("isrwatch-table")) {   // was a table: plotly.js gets an empty div
+        div.textContent = "";
+        div.classList.remove("isrwatch-table");
+      }
+      jobs.push(Plotly.react(div, figure.data, figure.layout, plotConfig));
     });
     return Promise.all(jobs).then(function () { return jobs.length; });
   }
@@ -107,13 +165,24 @@ SCRIPT = """
 """
 
 
-def plotly_js_path() -> Path:
+# plotly.js's cartesian bundle (scatter, bar, heatmap: every trace type the figures draw; tables are drawn as
+# HTML by SCRIPT), fetched by `make` for the plotly.js version the plotly package targets.
+CARTESIAN_BUNDLE = Path(__file__).resolve().parent.parent / "vendor" / "plotly" / "plotly-cartesian.min.js"
+
+
+def full_plotly_js_path() -> Path:
     """plotly.min.js as shipped inside the installed plotly package (the version its figures target)."""
     resource = importlib.resources.files("plotly") / "package_data" / PLOTLY_JS
     path = Path(str(resource))
     if not path.is_file():
         raise FileNotFoundError(f"plotly.min.js not found in the plotly package at {path}")
     return path
+
+
+def plotly_js_path() -> Path:
+    """The plotly.js the pages load: the cartesian bundle (a third of the full one's 4.8 MB to parse on a first
+    load) when `make` fetched it, else the plotly package's full plotly.min.js."""
+    return CARTESIAN_BUNDLE if CARTESIAN_BUNDLE.is_file() else full_plotly_js_path()
 
 
 class Links(Protocol):
@@ -147,7 +216,8 @@ class ServedLinks:
 
     def plotly_js(self) -> str:
         # The version in the query lets the route cache the file for a year and still serve an upgrade.
-        return f"{self.base}/static/{PLOTLY_JS}?v={plotly.__version__}"
+        bundle = "cartesian" if plotly_js_path() == CARTESIAN_BUNDLE else "full"
+        return f"{self.base}/static/{PLOTLY_JS}?v={plotly.__version__}-{bundle}"
 
     def figures(self, page: str) -> str | None:
         path = "/".join(quote(part, safe="") for part in page.split("/"))

@@ -29,11 +29,15 @@ PAGES = {name: f"{path}?cluster=lose-two-s3" for name, path in {
     "index": "/", "overview": "/dashboards/overview", "isr-heatmap": "/dashboards/isr-heatmap",
     "topics": "/dashboards/topics", "topic-orders": "/dashboards/topics/orders", "slos": "/dashboards/slos",
     "posture": "/dashboards/posture"}.items()}
-# Per plot: its traces and the points they hold (x for scatter/bar, z rows for heatmaps, cells for tables).
-PLOTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => ({
-    id: el.id, traces: (el.data || []).length,
-    points: (el.data || []).reduce((n, t) => n + ((t.x && t.x.length) || (t.z && t.z.length)
-        || (t.cells && t.cells.values && t.cells.values.length && t.cells.values[0].length) || 0), 0)}))"""
+# Per plot: its traces and the points they hold (x for scatter/bar, z rows for heatmaps); a table (drawn as
+# HTML) counts as one trace holding its body rows. Traces plotly.js could not draw (a type the bundle lacks)
+# are not counted.
+PLOTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot, .isrwatch-table')).map(el =>
+    el.classList.contains('isrwatch-table')
+    ? {id: el.id, traces: 1, points: el.querySelectorAll('tbody tr').length}
+    : {id: el.id, traces: (el._fullData || []).filter(t => t.visible !== false).length,
+       points: (el._fullData || []).filter(t => t.visible !== false).reduce((n, t) =>
+           n + ((t.x && t.x.length) || (t.z && t.z.length) || 0), 0)})"""
 
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make test installs it)")
 

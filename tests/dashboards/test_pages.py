@@ -146,4 +146,4 @@ def _config(html: str) -> dict[str, Any]:
 def _plotly_version() -> str:
     import plotly
 
-    return str(plotly.__version__)
+    return f"{plotly.__version__}-cartesian"  # the bundle `make` fetches (tests/dashboards/test_plotly_bundle.py)

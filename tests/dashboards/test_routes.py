@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from api.dashboard_routes import PLOTLY_CACHE_CONTROL, router
 from api.lakehouse import LakehouseReader
-from dashboards.html import plotly_js_path
+from dashboards.html import CARTESIAN_BUNDLE, plotly_js_path
 from isrwatch.settings import ApiSettings
 
 
@@ -37,7 +37,7 @@ def test_pages_are_html(client: TestClient, path: str) -> None:
     assert r.status_code == 200
     assert r.headers["content-type"] == "text/html; charset=utf-8"
     assert r.text.startswith("<!doctype html>")
-    assert f'<script src="/static/plotly.min.js?v={plotly.__version__}">' in r.text
+    assert f'<script src="/static/plotly.min.js?v={plotly.__version__}-cartesian">' in r.text
 
 
 def test_a_page_polls_at_the_configured_interval_unless_the_query_says_otherwise(lake: Path) -> None:
@@ -100,9 +100,10 @@ def test_bad_query_parameters_are_422(client: TestClient, query: str) -> None:
         assert client.get(f"/api/v1/dashboards/overview/figures?{query}").status_code == 422
 
 
-def test_plotly_js_is_served_from_the_package_with_a_long_cache(client: TestClient) -> None:
+def test_plotly_js_is_served_from_the_cartesian_bundle_with_a_long_cache(client: TestClient) -> None:
     r = client.get("/static/plotly.min.js")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/javascript")
     assert r.headers["cache-control"] == PLOTLY_CACHE_CONTROL
-    assert r.content == plotly_js_path().read_bytes()
+    assert plotly_js_path() == CARTESIAN_BUNDLE
+    assert r.content == CARTESIAN_BUNDLE.read_bytes()
