@@ -12,6 +12,7 @@ import pytest
 
 from dashboards import data
 from dashboards.figures import (
+    GAP_MAX_CELLS,
     alerts_figure,
     isr_heatmap_figure,
     isr_membership_figure,
@@ -113,6 +114,7 @@ def test_isr_heatmap_colours_isr_minus_min_and_offline_separately() -> None:
     np.testing.assert_array_equal(margin.z, [[2, 2, 2], [1, -1, np.nan], [0, 0, np.nan]])
     np.testing.assert_array_equal(offline.z, [[np.nan] * 3, [np.nan, np.nan, 1.0], [np.nan] * 3])
     assert fig.layout.yaxis.autorange == "reversed"
+    assert (margin.xgap, margin.ygap) == (offline.xgap, offline.ygap) == (1, 1)
     assert fig.layout.title.subtitle.text.startswith("3 of 5 partitions (the worst) · min over 6-s buckets")
 
 
@@ -125,6 +127,15 @@ def test_isr_membership_shows_leader_in_isr_and_out_per_replica() -> None:
     assert list(heat.y) == ["p0 · broker 1", "p0 · broker 2", "p1 · broker 2"]
     np.testing.assert_array_equal(heat.z, [[2, 2], [1, 0], [2, 2]])
     assert fig.layout.title.text == "ISR membership: orders"
+    assert (heat.xgap, heat.ygap) == (1, 1)  # a small grid keeps a pixel between cells
+
+
+def test_a_large_heatmap_has_no_cell_gaps() -> None:
+    # With gaps plotly.js paints cell by cell; past GAP_MAX_CELLS the chart is drawn as one image.
+    rows = [(ts(t), p, b, 1) for t in range(30) for p in range(30) for b in (1, 2, 3)]  # 90 rows x 30 buckets
+    (heat,) = isr_membership_figure(frame(data.MEMBERSHIP_COLUMNS, rows), "orders").data
+    assert len(heat.y) * len(heat.x) > GAP_MAX_CELLS
+    assert (heat.xgap, heat.ygap) == (0, 0)
 
 
 def test_offsets_draw_the_high_watermark_with_a_gap_while_offline_and_each_replicas_leo() -> None:
