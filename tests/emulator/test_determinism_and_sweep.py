@@ -73,8 +73,12 @@ def _sweep(seeds: range) -> None:
         summary = sim.run()  # raises InvariantViolation with the seed on any violation
         assert summary["invariant_violations"] == 0
         assert summary["faults"] >= 4, seed
-        # Liveness phase: faults healed by 35 s, so by 60 s every partition has a leader again.
-        assert (sim.table.leader[: sim.table.count] >= 0).all(), f"no leader at the end; --seed {seed}"
+        # Liveness phase: faults healed by 35 s, so by 60 s every partition has a leader again, and every
+        # replica is back in its ISR (a follower that stopped fetching for good would not be).
+        t = sim.table
+        assert (t.leader[: t.count] >= 0).all(), f"no leader at the end; --seed {seed}"
+        out = [sim.describe(p) for p in range(t.count) if not t.isr[p, : t.rf[p]].all()]
+        assert out == [], f"replicas out of the ISR at the end: {out}; --seed {seed}"
 
 
 def test_seed_sweep_200_swarm_schedules() -> None:
