@@ -67,9 +67,26 @@ def test_different_seed_differs() -> None:
     assert blobs_a != blobs_b
 
 
-def _sweep(seeds: range) -> None:
+# Followers long-poll for 3 s, so fetches are often parked at a leader when it stops; restarts and
+# shutdowns only; a min-ISR-3 topic on RF 5 refuses writes while two replicas are out. (The parked-fetch
+# bug, a follower that never fetched again, needed exactly this: a long poll and a partition refusing writes.)
+LONG_POLL_RESTARTS = {
+    **SWARM,
+    "cluster": {"brokers": 5, "racks": ["a", "b"], "config": {**SWARM["cluster"]["config"],  # type: ignore[index]
+                                                             "replica.fetch.wait.max.ms": 3000,
+                                                             "replica.lag.time.max.ms": 8000}},
+    "topics": [*SWARM["topics"],  # type: ignore[list-item]
+               {"name": "five", "partitions": 2, "replication.factor": 5, "config": {"min.insync.replicas": 3}}],
+    "workload": {"producers": [*SWARM["workload"]["producers"],  # type: ignore[index]
+                               {"topic": "five", "acks": "all", "rate": 30, "linger.ms": 20}]},
+    "swarm": {"faults": 8, "from": "2s", "heal_by": "35s", "max_duration": "12s",
+              "kinds": ["controlled_shutdown", "crash", "pause", "power_loss"]},
+}
+
+
+def _sweep(seeds: range, scenario: dict = SWARM) -> None:
     for seed in seeds:
-        sim = Simulation(parse_scenario({**SWARM, "seed": seed}, "<swarm>"))
+        sim = Simulation(parse_scenario({**scenario, "seed": seed}, "<swarm>"))
         summary = sim.run()  # raises InvariantViolation with the seed on any violation
         assert summary["invariant_violations"] == 0
         assert summary["faults"] >= 4, seed
@@ -83,6 +100,10 @@ def _sweep(seeds: range) -> None:
 
 def test_seed_sweep_200_swarm_schedules() -> None:
     _sweep(range(1, 201))
+
+
+def test_seed_sweep_50_long_poll_restart_schedules() -> None:
+    _sweep(range(1, 51), LONG_POLL_RESTARTS)
 
 
 @pytest.mark.slow
