@@ -90,7 +90,7 @@ class LakehouseReader:
     def version_or_none(self, name: str) -> int | None:
         """The table's version, None while it does not exist (a cache key that changes once it appears)."""
         try:
-            return self._handle(name).version
+            return self.version(name)
         except UnknownTable:
             return None
 

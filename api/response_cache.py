@@ -5,33 +5,25 @@ JSON encoding. Bounded: the least recently used entries leave first."""
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
 
+from api.lru import Lru
+
 
 class ResponseCache:
     def __init__(self, max_entries: int = 512) -> None:
-        self.max_entries = max_entries
-        self._entries: OrderedDict[Hashable, bytes] = OrderedDict()
-        self._lock = threading.Lock()
+        self._bodies: Lru[bytes] = Lru(max_entries)
 
     async def respond(self, key: Hashable, compute: Callable[[], dict[str, Any]]) -> Response:
         """The cached body for `key`, or `compute()` run off the event loop (it may read Delta files),
         encoded once and kept."""
-        with self._lock:
-            body = self._entries.get(key)
-            if body is not None:
-                self._entries.move_to_end(key)
+        body = self._bodies.get(key)
         if body is None:
             result = await run_in_threadpool(compute)
             body = json.dumps(result, separators=(",", ":"), allow_nan=False).encode()
-            with self._lock:
-                self._entries[key] = body
-                while len(self._entries) > self.max_entries:
-                    self._entries.popitem(last=False)
+            self._bodies.put(key, body)
         return Response(body, media_type="application/json")

@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
 
 from schemas.bronze import (  # noqa: E402
     ACK_LEDGER,
-    BROKER_METRICS,
+    BRONZE_TABLES,
     CLUSTER_EVENTS,
     CONSUMER_PROGRESS,
     PARTITION_STATE,
@@ -72,7 +72,6 @@ BROKERS = 30
 RACKS = ["az-a", "az-b", "az-c"]
 SEED = 30
 MANIFEST = "bench-build.json"
-BRONZE = (RUNS, TOPIC_CONFIGS, BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, ACK_LEDGER, CONSUMER_PROGRESS)
 
 # name, partitions, RF, topic config, producer (acks, records/s, record bytes)
 TOPICS: list[tuple[str, int, int, dict[str, Any], tuple[str | int, int, int]]] = [
@@ -235,7 +234,7 @@ def _shift(td: TableDef, t: pa.Table, s: _Shifts, k: int, last_copy: bool) -> pa
 def replicate(window_lake: Path, lake: Path, copies: int, window_s: int, log: Callable[[str], None]) -> None:
     from broker_emulator.delta_sink import DeltaSink
 
-    window = {td.name: _read(window_lake, td) for td in BRONZE}
+    window = {td.name: _read(window_lake, td) for td in BRONZE_TABLES}
     shifts = _Shifts(window, window_s)
     run_ids = pc.unique(window["runs"]["run_id"]).to_pylist()
     if len(run_ids) != 1:
@@ -246,7 +245,7 @@ def replicate(window_lake: Path, lake: Path, copies: int, window_s: int, log: Ca
     for k in range(copies):
         began = time.monotonic()
         for b in range(shifts.batches):
-            tables = {td: _shift(td, by_batch[td.name][b], shifts, k, k == copies - 1) for td in BRONZE}
+            tables = {td: _shift(td, by_batch[td.name][b], shifts, k, k == copies - 1) for td in BRONZE_TABLES}
             sink.write_batch(b + shifts.batches * k, {td: t for td, t in tables.items()
                                                       if t.num_rows or td is RUNS})
         log(f"  copy {k + 1}/{copies}: simulated hours {k * window_s / 3600:g}-{(k + 1) * window_s / 3600:g}, "
@@ -377,7 +376,7 @@ def _pipeline_state(data: Path) -> str:
         validated = sum(dq["rows_in"].to_pylist())
     except TableNotFoundError:
         validated = 0
-    bronze = sum((_stats(data / "bronze" / td.name) or (0, 0))[0] for td in BRONZE)
+    bronze = sum((_stats(data / "bronze" / td.name) or (0, 0))[0] for td in BRONZE_TABLES)
     gold = [t for t in ("posture", "slo_status", "alerts") if (data / "gold" / t / "_delta_log").is_dir()]
     return (f"validated {validated:,} of {bronze:,} bronze rows; gold tables so far: {', '.join(gold) or 'none'}")
 

@@ -8,6 +8,7 @@ exported, it draws once and links to its sibling files.
 
 from __future__ import annotations
 
+import functools
 import importlib.resources
 import json
 from dataclasses import dataclass
@@ -101,6 +102,7 @@ SCRIPT = """
     }
     if (div.classList.contains("js-plotly-plot")) { Plotly.purge(div); }
     div.textContent = "";
+    if (!div.classList.contains("isrwatch-table")) { div.dataset.plotMinHeight = div.style.minHeight; }
     div.classList.add("isrwatch-table");
     div.style.minHeight = "0";   // the reserved plot height would leave a gap under a short table
     div.appendChild(text("h2", title.text || ""));
@@ -121,6 +123,7 @@ SCRIPT = """
       if (div.classList.contains("isrwatch-table")) {   // was a table: plotly.js gets an empty div
         div.textContent = "";
         div.classList.remove("isrwatch-table");
+        div.style.minHeight = div.dataset.plotMinHeight || "";
       }
       jobs.push(Plotly.react(div, figure.data, figure.layout, plotConfig));
     });
@@ -179,6 +182,7 @@ def full_plotly_js_path() -> Path:
     return path
 
 
+@functools.cache  # asked on every page render and plotly.js request: one look at the disk per process
 def plotly_js_path() -> Path:
     """The plotly.js the pages load: the cartesian bundle (a third of the full one's 4.8 MB to parse on a first
     load) when `make` fetched it, else the plotly package's full plotly.min.js."""

@@ -10,8 +10,6 @@ causes one redraw too many, never a missed one.
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from html import escape
@@ -22,6 +20,7 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from api.lakehouse import LakehouseReader, UnknownTable
+from api.lru import Lru
 from dashboards import data
 from dashboards.figures import (
     alerts_figure,
@@ -199,9 +198,7 @@ def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, since:
     return _Resolved(page, topic, scope, {"version": token, "scope": _scope_json(scope), "figures": figures})
 
 
-_BUILT: OrderedDict[tuple[Any, ...], dict[str, Any]] = OrderedDict()
-_BUILT_MAX = 64
-_BUILT_LOCK = threading.Lock()
+_BUILT: Lru[dict[str, Any]] = Lru(64)
 
 
 def _built_figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope,
@@ -209,16 +206,10 @@ def _built_figures(reader: LakehouseReader, page: Page, topic: str | None, scope
     """A page's figures as JSON, remembered for its version token and scope: every open dashboard polls,
     and until a table it reads changes they all get the same figures without rebuilding them."""
     key = (id(reader), reader.root, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
-    with _BUILT_LOCK:
-        hit = _BUILT.get(key)
-        if hit is not None:
-            _BUILT.move_to_end(key)
-            return hit
-    figures = {fid: figure_json(fig) for fid, fig in page.build(reader, scope, topic).items()}
-    with _BUILT_LOCK:
-        _BUILT[key] = figures
-        while len(_BUILT) > _BUILT_MAX:
-            _BUILT.popitem(last=False)
+    figures = _BUILT.get(key)
+    if figures is None:
+        figures = {fid: figure_json(fig) for fid, fig in page.build(reader, scope, topic).items()}
+        _BUILT.put(key, figures)
     return figures
 
 

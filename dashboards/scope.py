@@ -26,7 +26,6 @@ DEFAULT_WINDOW_MINUTES = 30
 MAX_WINDOW_MINUTES = 28 * 24 * 60
 # Enough points for a chart as wide as a screen, few enough that a large cluster's page stays fast.
 MAX_TIME_BUCKETS = 300
-# Where to look first for a named cluster's latest snapshot: a live cluster is near the lakehouse's latest.
 
 
 @dataclass(frozen=True)
