@@ -8,6 +8,10 @@
 2. Live: the emulator at live pace writes a commit per second while validate runs with its live
    trigger; a poller sees each bronze commit and the silver commit holding the same emulator batch
    and prints the delay's median and p95, with the micro-batch durations.
+
+Each figure is printed beside the same measurement of a pass-through query (Delta source -> Delta
+sink, no de-duplication, no checks, one commit per micro-batch) in the same session: the floor Spark
+Structured Streaming and Delta set on this machine, and how far validate is above it.
 Figures are printed, never asserted.
 """
 
@@ -21,7 +25,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,6 +52,20 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def _passthrough(spark: Any, source: str, sink: str, checkpoint: str, *, files_per_trigger: int,
+                 live: bool) -> Any:
+    """The floor: the same Delta source copied to a Delta table, nothing else done per micro-batch."""
+    writer = (spark.readStream.format("delta").option("maxFilesPerTrigger", files_per_trigger).load(source)
+              .writeStream.format("delta").option("checkpointLocation", checkpoint))
+    writer = writer.trigger(processingTime="0 seconds") if live else writer.trigger(availableNow=True)
+    return writer.start(sink)
+
+
+def _batch_figures(query: Any) -> tuple[int, list[float]]:
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    return sum(p["numInputRows"] for p in progress), [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
+
+
 def throughput(rows: int, files_per_trigger: list[int]) -> None:
     from isrwatch.settings import load_settings
     from isrwatch.spark import build_spark_session
@@ -65,8 +85,9 @@ def throughput(rows: int, files_per_trigger: list[int]) -> None:
         write_deltalake(RUNS.path(lake), renamed(runs).cast(RUNS.landing_schema), mode="append")
     total = copies * metrics.num_rows
     spark = build_spark_session("isrwatch-bench", master="local[2]")
-    print(f"throughput: {total:,} broker_metrics rows in {copies} bronze commits")
-    print(f"  {'files/trigger':>13} {'batches':>8} {'rows/s':>10} {'median batch s':>15} {'p95 batch s':>12}")
+    print(f"throughput: {total:,} broker_metrics rows in {copies} bronze commits (validate | pass-through floor)")
+    print(f"  {'files/trigger':>13} {'batches':>8} {'rows/s':>10} {'floor rows/s':>13} {'floor/validate':>15} "
+          f"{'median batch s':>15} {'floor':>6} {'p95 batch s':>12} {'floor':>6}")
     for fpt in files_per_trigger:
         settings = load_settings(overrides={
             "lakehouse": lake, "checkpoints": f"{base}/ckpt-{fpt}", "validate.tables": ["broker_metrics"],
@@ -76,78 +97,116 @@ def throughput(rows: int, files_per_trigger: list[int]) -> None:
         running = start_validation(spark, settings, log=lambda _: None)
         query = running.queries["broker_metrics"]
         query.awaitTermination()
-        progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-        durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-        done = sum(p["numInputRows"] for p in progress)
-        print(f"  {fpt:>13} {len(progress):>8} {done / sum(durations):>10,.0f} {statistics.median(durations):>15.2f} "
-              f"{_pct(durations, 0.95):>12.2f}")
+        done, durations = _batch_figures(query)
+        floor = _passthrough(spark, BROKER_METRICS.path(lake), f"{base}/copy-{fpt}", f"{base}/ckpt-copy-{fpt}",
+                             files_per_trigger=fpt, live=False)
+        floor.awaitTermination()
+        floor_done, floor_durations = _batch_figures(floor)
+        rate, floor_rate = done / sum(durations), floor_done / sum(floor_durations)
+        print(f"  {fpt:>13} {len(durations):>8} {rate:>10,.0f} {floor_rate:>13,.0f} {floor_rate / rate:>14.1f}x "
+              f"{statistics.median(durations):>15.2f} {statistics.median(floor_durations):>6.2f} "
+              f"{_pct(durations, 0.95):>12.2f} {_pct(floor_durations, 0.95):>6.2f}")
 
 
-def live(seconds: int) -> None:
-    from isrwatch.settings import load_settings
-    from isrwatch.spark import build_spark_session
-    from jobs.validate import start_validation
+class CommitPoller:
+    """Sees each new version of a table and notes, per emulator batch id it holds, when it first appeared."""
 
-    lake = tempfile.mkdtemp(prefix="isrwatch-bench-live-")
-    emulator = _emulate(lake, "--pace", "live", "--duration", f"{seconds}s")
-    spark = build_spark_session("isrwatch-bench-live", master="local[2]")
-    settings = load_settings(overrides={"lakehouse": lake, "validate.tables": ["broker_metrics", "runs"],
-                                        "validate.trigger": "live", "validate.trigger_interval": "0 seconds"})
-    bronze_seen: dict[int, float] = {}
-    silver_seen: dict[int, float] = {}
-    stop = threading.Event()
+    def __init__(self, paths: dict[str, str]) -> None:
+        self.paths = paths
+        self.seen: dict[str, dict[int, float]] = {name: {} for name in paths}
+        self.versions: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        self.thread.start()
 
-    def batches_in(path: str, seen: dict[int, float], versions: dict[str, int]) -> None:
+    def _poll(self) -> None:
+        while not self.stop.is_set():
+            for name, path in self.paths.items():
+                self._look(name, path)
+            time.sleep(0.02)
+
+    def _look(self, name: str, path: str) -> None:
         try:
             table = DeltaTable(path)
-        except Exception:
+        except Exception:  # not created yet
             return
-        if table.version() == versions.get(path, -1):
+        if table.version() == self.versions.get(name, -1):
             return
-        versions[path] = table.version()
+        self.versions[name] = table.version()
         now = time.monotonic()
         actions = pa.table(table.get_add_actions(flatten=True))
         highs = actions.column("max.batch_id").to_pylist() if "max.batch_id" in actions.column_names else []
         for hi in highs:
             if hi is not None:
                 for b in range(0, int(hi) + 1):
-                    seen.setdefault(b, now)
+                    self.seen[name].setdefault(b, now)
 
-    def poll() -> None:
-        versions: dict[str, int] = {}
-        while not stop.is_set():
-            batches_in(BROKER_METRICS.path(lake), bronze_seen, versions)
-            batches_in(f"{lake}/silver/broker_metrics", silver_seen, versions)
-            time.sleep(0.02)
+    def delays(self, source: str, sink: str) -> tuple[list[float], float]:
+        """Steady-state delays (emulator batches committed after the sink's first commit) and the warm-up:
+        the first micro-batch pays Spark's planning and code generation once and is reported apart."""
+        bronze, silver = self.seen[source], self.seen[sink]
+        if not bronze or not silver:
+            return [], float("nan")
+        first_silver = min(silver.values())
+        delays = [silver[b] - bronze[b] for b in sorted(bronze) if b in silver and bronze[b] > first_silver]
+        return delays, first_silver - min(bronze.values())
 
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
-    running = start_validation(spark, settings, log=lambda _: None)
+
+LiveFigures = tuple[list[float], float, list[float]]  # delays, warm-up, micro-batch durations
+
+
+def _live_run(seconds: int, start: Callable[[Any, str], list[Any]], sink: str) -> LiveFigures:
+    """Emulator at live pace for `seconds` into a fresh lakehouse while `start(spark, lake)` runs queries;
+    the delays from each bronze commit to the same emulator batch in `sink` (relative to the lakehouse)."""
+    from isrwatch.spark import build_spark_session
+
+    lake = tempfile.mkdtemp(prefix="isrwatch-bench-live-")
+    emulator = _emulate(lake, "--pace", "live", "--duration", f"{seconds}s")
+    spark = build_spark_session("isrwatch-bench-live", master="local[2]")
+    poller = CommitPoller({"bronze": BROKER_METRICS.path(lake), "sink": f"{lake}/{sink}"})
+    queries = start(spark, lake)
     emulator.wait()
     time.sleep(10)  # let the last commits through
-    query = running.queries["broker_metrics"]
-    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    for q in running.queries.values():
+    _, durations = _batch_figures(queries[0])
+    for q in queries:
         q.stop()
-    stop.set()
-    # Steady state only: emulator batches committed after validate's first silver commit (the first
-    # micro-batch pays Spark's planning and code generation once; it is reported apart).
-    first_silver = min(silver_seen.values()) if silver_seen else float("inf")
-    warm_up = first_silver - min(bronze_seen.values()) if bronze_seen and silver_seen else float("nan")
-    delays = [silver_seen[b] - bronze_seen[b] for b in sorted(bronze_seen)
-              if b in silver_seen and bronze_seen[b] > first_silver]
-    durations = [p["durationMs"]["triggerExecution"] / 1000 for p in progress]
-    print(f"live pace, {seconds} s of emulator at 1 commit/s, broker_metrics + runs validated:")
-    if not delays:
-        print("  no emulator batch arrived after validate's first micro-batch: run longer (--live-seconds)")
-        return
-    print(f"  bronze commit -> rows visible in silver: median {statistics.median(delays):.2f} s, "
-          f"p95 {_pct(delays, 0.95):.2f} s over {len(delays)} emulator batches after warm-up")
-    print(f"  warm-up: first bronze commit -> first silver commit {warm_up:.1f} s")
-    print(f"  micro-batch duration: median {statistics.median(durations):.2f} s, p95 {_pct(durations, 0.95):.2f} s "
-          f"({len(durations)} batches)")
-    behind = sorted(bronze_seen)[-1] - max(silver_seen) if silver_seen else None
-    print(f"  emulator batches not yet in silver at the end: {behind}")
+    poller.stop.set()
+    delays, warm_up = poller.delays("bronze", "sink")
+    return delays, warm_up, durations
+
+
+def live(seconds: int) -> None:
+    from isrwatch.settings import load_settings
+    from jobs.validate import start_validation
+
+    def validate(spark: Any, lake: str) -> list[Any]:
+        settings = load_settings(overrides={"lakehouse": lake, "validate.tables": ["broker_metrics", "runs"],
+                                            "validate.trigger": "live", "validate.trigger_interval": "0 seconds"})
+        running = start_validation(spark, settings, log=lambda _: None)
+        return [running.queries["broker_metrics"], running.queries["runs"]]
+
+    def passthrough(spark: Any, lake: str) -> list[Any]:
+        while not os.path.exists(f"{BROKER_METRICS.path(lake)}/_delta_log"):  # the emulator's first commit
+            time.sleep(0.1)
+        time.sleep(0.5)
+        return [_passthrough(spark, BROKER_METRICS.path(lake), f"{lake}/copy/broker_metrics",
+                             f"{lake}/_checkpoints/copy", files_per_trigger=1000, live=True)]
+
+    print(f"live pace, {seconds} s of emulator at 1 commit/s; validate (broker_metrics + runs) | pass-through floor:")
+    figures = {"validate": _live_run(seconds, validate, "silver/broker_metrics"),
+               "floor": _live_run(seconds, passthrough, "copy/broker_metrics")}
+    print(f"  {'':<10} {'delay median s':>14} {'p95 s':>7} {'n':>4} {'warm-up s':>10} "
+          f"{'batch median s':>15} {'p95 s':>7}")
+    for name, (delays, warm_up, durations) in figures.items():
+        if not delays:
+            print(f"  {name:<10} no emulator batch arrived after the first micro-batch: run longer (--live-seconds)")
+            continue
+        print(f"  {name:<10} {statistics.median(delays):>14.2f} {_pct(delays, 0.95):>7.2f} {len(delays):>4} "
+              f"{warm_up:>10.1f} {statistics.median(durations):>15.2f} {_pct(durations, 0.95):>7.2f}")
+    (v, *_), (f, *_) = figures["validate"], figures["floor"]
+    if v and f:
+        print(f"  validate / floor: median {statistics.median(v) / statistics.median(f):.1f}x, "
+              f"p95 {_pct(v, 0.95) / _pct(f, 0.95):.1f}x")
 
 
 def main() -> None:

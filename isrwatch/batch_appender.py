@@ -10,6 +10,14 @@ commits' history (one cheap job) to learn the last batch this app committed; fro
 knows, because it made every later commit itself. A batch replayed after a crash finds its own marker
 and skips the write, so a restarted job neither duplicates nor drops rows.
 
+Rows the job already holds on the driver (a live batch, collected once through Arrow) are appended
+with delta-rs when the table is on a local file system (`append_rows`): the same marker in the same
+`userMetadata` field, but no Spark job and no post-commit checkpoint job, which on 2 cores cost 0.4 s
+and 2-3 s respectively per write (a delta-rs append of a live batch takes ~10 ms). Both writers speak
+the same Delta protocol, so the table, its history and its readers do not tell them apart. Elsewhere
+(s3a://, hdfs://, abfss://, …) Spark writes them: it holds the credentials and file systems the
+cluster was configured with.
+
 The look-back is bounded (`HISTORY_COMMITS`): a table whose last commit by this app lies further back
 than that many commits is treated as not holding the replayed batch. Only tables several queries share
 (silver.dq_runs) interleave commits at all, and a replay is always of the app's newest batch.
@@ -19,7 +27,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 
 HISTORY_COMMITS = 2000
@@ -32,6 +42,11 @@ def marker(app_id: str, batch_id: int) -> str:
     if batch_id < 0:
         raise ValueError(f"batch_id must be >= 0, got {batch_id}")
     return f"{app_id}#batch={batch_id}"
+
+
+def on_local_file_system(path: str) -> bool:
+    """True for a plain path or a file: URI (where delta-rs writes without any configuration)."""
+    return urlsplit(path).scheme in ("", "file")
 
 
 def last_marked_batch(spark: SparkSession, path: str, app_id: str, history_commits: int = HISTORY_COMMITS) -> int:
@@ -53,6 +68,7 @@ class BatchAppender:
     spark: SparkSession
     app_id: str
     committed: dict[str, int] = field(default_factory=dict)  # table path -> last batch id committed
+    driver_writes: bool = True  # False: `append_rows` always goes through Spark (as on a remote store)
 
     def last_committed(self, path: str) -> int:
         if path not in self.committed:
@@ -64,5 +80,18 @@ class BatchAppender:
         if self.last_committed(path) >= batch_id:
             return False
         df.write.format("delta").mode("append").option("userMetadata", marker(self.app_id, batch_id)).save(path)
+        self.committed[path] = batch_id
+        return True
+
+    def append_rows(self, rows: pa.Table, path: str, batch_id: int) -> bool:
+        """`append` for rows already on the driver: delta-rs on a local file system, else Spark."""
+        if self.last_committed(path) >= batch_id:
+            return False
+        if not (self.driver_writes and on_local_file_system(path)):
+            return self.append(self.spark.createDataFrame(rows).coalesce(1), path, batch_id)
+        from deltalake import CommitProperties, write_deltalake
+
+        commit = CommitProperties(custom_metadata={"userMetadata": marker(self.app_id, batch_id)})
+        write_deltalake(path, rows, mode="append", commit_properties=commit)
         self.committed[path] = batch_id
         return True

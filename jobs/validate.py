@@ -30,6 +30,8 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -47,13 +49,11 @@ from pipelines.context import (
 from pipelines.expectations import (
     FAILURES,
     VALID,
+    CompiledExpectations,
     failure_counts,
     failure_counts_of_frame,
-    failures_column,
-    flag_columns,
-    with_failure_flags,
 )
-from pipelines.great_expectations_check import GeOutcome, SuiteValidator, ge_ready
+from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
 from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.spark import to_spark_schema
@@ -127,13 +127,19 @@ class BatchStats:
 
 
 class BatchCheck(NamedTuple):
-    """A micro-batch's routing counts and GE's verdict on it."""
+    """A routed micro-batch: its counts, GE's verdict, and its valid meter rows for `LastCounts.fold`."""
 
     rows_in: int
     rows_valid: int
     counts: dict[str, int]  # unexpected rows per expectation label (only labels with some)
     ge: GeOutcome
-    frame: Any = None  # the batch as collected to the driver (ge_ready columns), None with GE's Spark engine
+    valid_meters: Callable[[], Any]  # -> pandas frame (METER_KEY, ts, count; timestamps as epoch µs)
+
+
+def _meters_of_arrow(valid: pa.Table) -> Any:
+    """The valid meter rows of a collected batch, shaped for `LastCounts.fold`."""
+    meters = valid.filter(pc.equal(valid.column("kind"), "meter")).select([*METER_KEY, "ts", "count"])
+    return arrow_to_ge_frame(meters)
 
 
 @dataclass
@@ -151,6 +157,7 @@ class TableValidator:
     last_counts: LastCounts | None = None
 
     def __post_init__(self) -> None:
+        self.compiled = CompiledExpectations(self.bronze.expectations)
         if "previous_count" in self.bronze.context:
             self.last_counts = LastCounts(interval_ms(self.settings.validate_.counter_lookback) * 1000)
 
@@ -170,49 +177,35 @@ class TableValidator:
             batch.unpersist()
 
     def _validate(self, batch: DataFrame, batch_id: int, began: float) -> None:
-        td, name = self.bronze, self.bronze.name
+        td = self.bronze
         ts = "ts" if "ts" in batch.columns else "end_ts"
         head = batch.agg(F.count(F.lit(1)).alias("n"), F.unix_micros(F.min(ts)).alias("min_ts_us"),
-                         F.collect_set("run_id").alias("runs"), F.max("ingested_at").alias("at")).first()
+                         F.collect_set("run_id").alias("runs"),
+                         F.unix_micros(F.max("ingested_at")).alias("at_us")).first()
         assert head is not None
         if head["n"] == 0:
             return  # watermark-only batch: nothing to write
         run_ids = sorted(r for r in head["runs"] if r is not None)
-        # Cache the flagged rows (cheap boolean columns), not the quarantine's array of structs: that
-        # is only built for the rejected rows.
-        flagged = with_failure_flags(self._with_context(batch, run_ids, head["min_ts_us"]),
-                                     td.expectations).persist()
-        try:
-            check = self._check(flagged, int(head["n"]))
-            rows_in, rows_valid, counts, outcome = check.rows_in, check.rows_valid, check.counts, check.ge
-            if outcome.unexpected != counts:
-                raise ValidationMismatch(f"{td.qualified_name} batch {batch_id}: Great Expectations counted "
-                                         f"{outcome.unexpected}, routing counted {counts}")
-            silver, quarantine = SILVER_TABLES[name], QUARANTINE_TABLES[name]
-            assert self.appender is not None
-            if rows_valid:
-                rows = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
-                self.appender.append(_few_files(rows, rows_valid), self.path(silver), batch_id)
-            _die_here_if_asked(name, batch_id, "after_silver")
-            if rows_valid < rows_in:
-                rows = (flagged.where(~F.col(VALID))
-                        .withColumn(FAILURES, failures_column(td.expectations))
-                        .withColumn("quarantined_at", F.col("ingested_at"))
-                        .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
-                        .select(*quarantine.arrow_schema.names))
-                self.appender.append(_few_files(rows, rows_in - rows_valid), self.path(quarantine), batch_id)
-            _die_here_if_asked(name, batch_id, "after_quarantine")
-            duration_ms = int((time.monotonic() - began) * 1000)
-            dq = self.spark.createDataFrame([(
-                name, batch_id, head["at"], rows_in, rows_valid, rows_in - rows_valid,
-                rows_valid / rows_in, [(k, v) for k, v in sorted(counts.items())], outcome.success,
-                outcome.evaluated, outcome.successful, outcome.engine, run_ids, duration_ms,
-            )], to_spark_schema(DQ_RUNS.arrow_schema))
-            self.appender.append(dq, self.path(DQ_RUNS), batch_id)
-            _die_here_if_asked(name, batch_id, "after_dq")
-            self._remember_counts(flagged, check.frame)
-        finally:
-            flagged.unpersist()
+        flagged = self.compiled.with_failure_flags(self._with_context(batch, run_ids, head["min_ts_us"]))
+        v = self.settings.validate_
+        engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if head["n"] <= v.ge_pandas_max_rows else "spark")
+        route = self._route_on_driver if engine == "pandas" else self._route_in_spark
+        check = route(flagged, batch_id)
+        rows_in, rows_valid, counts, outcome = check.rows_in, check.rows_valid, check.counts, check.ge
+        duration_ms = int((time.monotonic() - began) * 1000)
+        dq = pa.Table.from_pylist([{
+            "table_name": td.name, "validate_batch_id": batch_id, "ingested_at": head["at_us"], "rows_in": rows_in,
+            "rows_valid": rows_valid, "rows_quarantined": rows_in - rows_valid, "pass_rate": rows_valid / rows_in,
+            "failed_expectations": [{"expectation": k, "unexpected_count": c} for k, c in sorted(counts.items())],
+            "ge_success": outcome.success, "ge_evaluated_expectations": outcome.evaluated,
+            "ge_successful_expectations": outcome.successful, "ge_engine": outcome.engine, "runs": run_ids,
+            "batch_duration_ms": duration_ms,
+        }], schema=DQ_RUNS.arrow_schema.set(2, pa.field("ingested_at", pa.int64()))).cast(DQ_RUNS.arrow_schema)
+        assert self.appender is not None
+        self.appender.append_rows(dq, self.path(DQ_RUNS), batch_id)
+        _die_here_if_asked(td.name, batch_id, "after_dq")
+        if self.last_counts is not None:  # after the batch committed: a replay must see what silver holds
+            self.last_counts.fold(check.valid_meters())
         s = self.stats
         s.batch_id, s.rows_in, s.rows_valid, s.rows_quarantined = batch_id, rows_in, rows_valid, rows_in - rows_valid
         s.duration_ms = duration_ms
@@ -223,17 +216,66 @@ class TableValidator:
         if batch_id > 0 and batch_id % every == 0:
             self._maintain()
 
-    def _check(self, flagged: DataFrame, rows: int) -> BatchCheck:
-        """Routing counts and GE's verdict. A batch the driver can hold is collected once, through Arrow,
-        and both are computed from that one frame; a larger one is validated by GE's Spark engine."""
-        td, v = self.bronze, self.settings.validate_
-        engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if rows <= v.ge_pandas_max_rows else "spark")
-        data = flagged.drop(*flag_columns(td.expectations), VALID)
-        if engine == "spark":
-            return BatchCheck(*failure_counts(flagged, td.expectations), self.ge.validate_dataframe(td, data))
-        frame: Any = ge_ready(flagged).toPandas()
-        outcome = self.ge.validate_frame(td, frame[data.columns])
-        return BatchCheck(*failure_counts_of_frame(frame, td.expectations), outcome, frame)
+    def _verified(self, batch_id: int, counts: dict[str, int], outcome: GeOutcome) -> None:
+        if outcome.unexpected != counts:
+            raise ValidationMismatch(f"{self.bronze.qualified_name} batch {batch_id}: Great Expectations counted "
+                                     f"{outcome.unexpected}, routing counted {counts}")
+
+    def _route_on_driver(self, flagged: DataFrame, batch_id: int) -> BatchCheck:
+        """A batch the driver can hold: collected once, through Arrow (quarantine reasons built in Spark
+        for the rejected rows only); GE's pandas engine validates that frame, and silver and quarantine
+        are appended from it with delta-rs: one Spark job per micro-batch after the de-duplication."""
+        td, name = self.bronze, self.bronze.name
+        data_columns = [c for c in flagged.columns if c not in (*self.compiled.flags, VALID)]
+        rows = flagged.withColumn(FAILURES, F.when(~F.col(VALID), self.compiled.failures)).toArrow()
+        outcome = self.ge.validate_frame(td, arrow_to_ge_frame(rows.select(data_columns)))
+        rows_in, rows_valid, counts = failure_counts_of_frame(
+            rows.select([*self.compiled.flags, VALID]).to_pandas(), td.expectations)
+        self._verified(batch_id, counts, outcome)
+        valid = pc.fill_null(rows.column(VALID), False)
+        assert self.appender is not None
+        if rows_valid:
+            silver = SILVER_TABLES[name]
+            self.appender.append_rows(rows.filter(valid).select(silver.arrow_schema.names).cast(silver.arrow_schema),
+                                       self.path(silver), batch_id)
+        _die_here_if_asked(name, batch_id, "after_silver")
+        if rows_valid < rows_in:
+            quarantine, rejected = QUARANTINE_TABLES[name], rows.filter(pc.invert(valid))
+            rejected = (rejected.append_column("quarantined_at", rejected.column("ingested_at"))
+                        .append_column("validate_batch_id", pa.array([batch_id] * len(rejected), pa.int64())))
+            self.appender.append_rows(rejected.select(quarantine.arrow_schema.names).cast(quarantine.arrow_schema),
+                                       self.path(quarantine), batch_id)
+        _die_here_if_asked(name, batch_id, "after_quarantine")
+        return BatchCheck(rows_in, rows_valid, counts, outcome, lambda: _meters_of_arrow(rows.filter(valid)))
+
+    def _route_in_spark(self, flagged: DataFrame, batch_id: int) -> BatchCheck:
+        """A batch too large for the driver: GE's Spark engine validates it where it is, and silver and
+        quarantine are appended by Spark (the flags are cached: every write reads them)."""
+        td, name = self.bronze, self.bronze.name
+        flagged = flagged.persist()
+        try:
+            rows_in, rows_valid, counts = failure_counts(flagged, td.expectations)
+            outcome = self.ge.validate_dataframe(td, flagged.drop(*self.compiled.flags, VALID))
+            self._verified(batch_id, counts, outcome)
+            silver, quarantine = SILVER_TABLES[name], QUARANTINE_TABLES[name]
+            assert self.appender is not None
+            if rows_valid:
+                rows = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
+                self.appender.append(_few_files(rows, rows_valid), self.path(silver), batch_id)
+            _die_here_if_asked(name, batch_id, "after_silver")
+            if rows_valid < rows_in:
+                rows = (flagged.where(~F.col(VALID))
+                        .withColumn(FAILURES, self.compiled.failures)
+                        .withColumn("quarantined_at", F.col("ingested_at"))
+                        .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
+                        .select(*quarantine.arrow_schema.names))
+                self.appender.append(_few_files(rows, rows_in - rows_valid), self.path(quarantine), batch_id)
+            _die_here_if_asked(name, batch_id, "after_quarantine")
+            meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
+                      if self.last_counts is not None else None)
+        finally:
+            flagged.unpersist()
+        return BatchCheck(rows_in, rows_valid, counts, outcome, lambda: meters)
 
     def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts_us: int) -> DataFrame:
         out, lake = batch, self.settings.lakehouse
@@ -265,15 +307,6 @@ class TableValidator:
         rows = (self.spark.read.format("delta").load(silver_path)  # ts compared directly: file skipping
                 .where(F.col("run_id").isin(run_ids) & (F.col("ts") >= since) & (F.col("ts") < before)))
         return newest_meter_counts(rows).toPandas()
-
-    def _remember_counts(self, flagged: DataFrame, frame: Any) -> None:
-        """Fold the batch's valid meter rows into the driver's last counts (after the batch committed)."""
-        if self.last_counts is None:
-            return
-        if frame is not None:  # the batch is on the driver already (ge_ready: timestamps as epoch µs)
-            self.last_counts.fold(frame.loc[frame[VALID] & (frame["kind"] == "meter"), [*METER_KEY, "ts", "count"]])
-        else:
-            self.last_counts.fold(newest_meter_counts(flagged.where(F.col(VALID))).toPandas())
 
     def _maintain(self) -> None:
         from delta.tables import DeltaTable

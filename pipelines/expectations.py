@@ -6,7 +6,7 @@ job checks that the per-expectation counts computed here equal GE's `unexpected_
 
 A batch is annotated with one boolean column per expectation (`_fails_<i>`) and `_valid`: cheap
 columns Spark evaluates in generated code. The quarantine's `failures` array of structs, which is
-expensive to build, is only assembled for the rejected rows (`failures_column`).
+expensive to build, is only assembled for the rejected rows (`CompiledExpectations.failures`).
 """
 
 from __future__ import annotations
@@ -61,24 +61,29 @@ def flag_columns(expectations: tuple[Expect, ...]) -> list[str]:
     return [f"{_FLAG_PREFIX}{i}" for i in range(len(expectations))]
 
 
-def with_failure_flags(df: DataFrame, expectations: tuple[Expect, ...]) -> DataFrame:
-    """Add a boolean `_fails_<i>` per expectation and `_valid` (the row fails none of them)."""
-    if not expectations:
-        raise ValueError("expectations must not be empty")
-    flags = flag_columns(expectations)
-    out = df.select("*", *(failure_of(e)[0].alias(name) for e, name in zip(expectations, flags, strict=True)))
-    return out.withColumn(VALID, ~F.greatest(*(F.col(f) for f in flags)) if len(flags) > 1 else ~F.col(flags[0]))
+class CompiledExpectations:
+    """A table's expectations as Spark columns, built once per job: every `F.` call is a round trip to the
+    JVM, and rebuilding a suite's ~40 expressions per micro-batch cost as much driver time as a Spark job."""
 
+    def __init__(self, expectations: tuple[Expect, ...]) -> None:
+        if not expectations:
+            raise ValueError("expectations must not be empty")
+        self.expectations = expectations
+        self.flags = flag_columns(expectations)
+        self._flag_columns = [failure_of(e)[0].alias(name) for e, name in zip(expectations, self.flags, strict=True)]
+        flags = [F.col(f) for f in self.flags]
+        self._valid = ~F.greatest(*flags) if len(flags) > 1 else ~flags[0]
+        entries = []
+        for e, flag in zip(expectations, flags, strict=True):
+            entry = F.struct(F.lit(e.label).alias("expectation"), F.lit(",".join(e.columns)).alias("column"),
+                             failure_of(e)[1].alias("value"))
+            entries.append(F.when(flag, entry))
+        # array<struct<expectation, column, value>> of the expectations a flagged row fails.
+        self.failures = F.array_compact(F.array(*entries))
 
-def failures_column(expectations: tuple[Expect, ...]) -> Column:
-    """array<struct<expectation, column, value>> of the expectations a flagged row fails."""
-    entries = []
-    for e, flag in zip(expectations, flag_columns(expectations), strict=True):
-        value = failure_of(e)[1]
-        entry = F.struct(F.lit(e.label).alias("expectation"), F.lit(",".join(e.columns)).alias("column"),
-                         value.alias("value"))
-        entries.append(F.when(F.col(flag), entry))
-    return F.array_compact(F.array(*entries))
+    def with_failure_flags(self, df: DataFrame) -> DataFrame:
+        """Add a boolean `_fails_<i>` per expectation and `_valid` (the row fails none of them)."""
+        return df.select("*", *self._flag_columns).withColumn(VALID, self._valid)
 
 
 def failure_counts(flagged: DataFrame, expectations: tuple[Expect, ...]) -> tuple[int, int, dict[str, int]]:
@@ -91,7 +96,7 @@ def failure_counts(flagged: DataFrame, expectations: tuple[Expect, ...]) -> tupl
 
 
 def failure_counts_of_frame(frame: Any, expectations: tuple[Expect, ...]) -> tuple[int, int, dict[str, int]]:
-    """The same counts from a pandas frame collected from a `with_failure_flags` DataFrame."""
+    """The same counts from a pandas frame holding the flags of `with_failure_flags`."""
     flags = flag_columns(expectations)
     return len(frame), int(frame[VALID].sum()), _nonzero(expectations, [frame[f].sum() for f in flags])
 

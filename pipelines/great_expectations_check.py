@@ -14,6 +14,8 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
@@ -25,6 +27,13 @@ def ge_ready(df: DataFrame) -> DataFrame:
     """GE cannot serialise timestamps into its results: give it timestamps as epoch microseconds."""
     return df.select(*(F.unix_micros(F.col(f.name)).alias(f.name) if isinstance(f.dataType, TimestampType)
                        else F.col(f.name) for f in df.schema))
+
+
+def arrow_to_ge_frame(rows: pa.Table) -> Any:
+    """`ge_ready` for rows already collected through Arrow: a pandas frame, timestamps as epoch µs."""
+    columns = [pc.cast(c.cast(pa.timestamp("us", tz="UTC")), pa.int64()) if pa.types.is_timestamp(c.type) else c
+               for c in rows.columns]
+    return pa.table(columns, names=rows.column_names).to_pandas()
 
 
 @dataclass(frozen=True)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from isrwatch.batch_appender import BatchAppender, last_marked_batch, marker
+from isrwatch.batch_appender import BatchAppender, last_marked_batch, marker, on_local_file_system
 
 pytestmark = pytest.mark.spark
 
@@ -41,3 +42,35 @@ def test_markers_reject_ids_they_could_not_parse_back() -> None:
         marker("a#b", 1)
     with pytest.raises(ValueError, match="batch_id must be >= 0"):
         marker("a", -1)
+
+
+def test_driver_appends_carry_the_same_markers_as_spark_appends(spark: Any, tmp_path: Any) -> None:
+    path = str(tmp_path / "t")
+    first = BatchAppender(spark, "validate/q1")
+    assert first.append(spark.range(0, 2), path, 0) is True  # Spark creates the table
+    assert first.append_rows(pa.table({"id": pa.array([2, 3], pa.int64())}), path, 1) is True  # delta-rs
+    assert first.append_rows(pa.table({"id": pa.array([2, 3], pa.int64())}), path, 1) is False
+
+    restarted = BatchAppender(spark, "validate/q1")  # reads the delta-rs commit's marker back through Spark
+    assert restarted.last_committed(path) == 1
+    assert restarted.append_rows(pa.table({"id": pa.array([2, 3], pa.int64())}), path, 1) is False
+    assert restarted.append(spark.range(4, 5), path, 2) is True
+    assert _ids(path) == [0, 1, 2, 3, 4]
+    markers = [r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()]
+    assert markers[:3] == ["validate/q1#batch=2", "validate/q1#batch=1", "validate/q1#batch=0"]
+
+
+def test_rows_on_the_driver_go_through_spark_off_the_local_file_system(spark: Any, tmp_path: Any) -> None:
+    assert on_local_file_system("/srv/lakehouse/silver/runs") and on_local_file_system("file:///srv/x")
+    assert on_local_file_system("file:/srv/x") and on_local_file_system("lakehouse/silver/runs")
+    assert not on_local_file_system("s3a://bucket/lake/silver/runs")
+    assert not on_local_file_system("hdfs://nn:8020/lake") and not on_local_file_system("abfss://c@a.dfs/lake")
+    path = str(tmp_path / "t")
+    remote_like = BatchAppender(spark, "validate/q1", driver_writes=False)
+    rows = pa.table({"id": pa.array([7, 8], pa.int64()), "at": pa.array([0, 1], pa.timestamp("us", tz="UTC"))})
+    assert remote_like.append_rows(rows, path, 0) is True
+    assert remote_like.append_rows(rows, path, 0) is False
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert [(r["userMetadata"], r["engineInfo"].startswith("Apache-Spark")) for r in history] == [
+        ("validate/q1#batch=0", True)]
+    assert DeltaTable(path).to_pyarrow_table().sort_by("id").to_pylist() == rows.to_pylist()
