@@ -68,7 +68,7 @@ class BatchAppender:
     spark: SparkSession
     app_id: str
     committed: dict[str, int] = field(default_factory=dict)  # table path -> last batch id committed
-    driver_writes: bool = True  # False: `append_rows` always goes through Spark (as on a remote store)
+    driver_writes: bool = True  # False: `append_rows` always goes through Spark (see validate.driver_writes)
 
     def last_committed(self, path: str) -> int:
         if path not in self.committed:

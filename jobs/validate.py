@@ -168,7 +168,8 @@ class TableValidator:
         if not self.started.wait(120):
             raise RuntimeError(f"{self.bronze.qualified_name}: query id not set")
         if self.appender is None:
-            self.appender = BatchAppender(self.spark, f"isrwatch-validate/{self.bronze.name}/{self.query_id}")
+            self.appender = BatchAppender(self.spark, f"isrwatch-validate/{self.bronze.name}/{self.query_id}",
+                                          driver_writes=self.settings.validate_.driver_writes)
         began = time.monotonic()
         batch = batch.persist()
         try:
