@@ -157,7 +157,7 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], A
 
 def main_pipeline(args: argparse.Namespace) -> int:
     from isrwatch.spark import build_spark_session
-    from jobs.validate import SchemaDriftError
+    from jobs.delta_tables import SchemaDriftError
     from pipelines.alert_rules import AlertConfigError
     from pipelines.slo_spec import SloConfigError
 

@@ -38,6 +38,7 @@ from isrwatch.alert_config import load_alert_config
 from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
 from isrwatch.webhook import WebhookDispatcher
+from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
     die_here_if_asked,
@@ -46,7 +47,6 @@ from jobs.streaming import (
     union_stream,
     wait_started,
 )
-from jobs.validate import wait_for_tables
 from pipelines.alert_engine import AlertEngine, EngineState, Transition
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.alert_signals import SOURCES

@@ -31,8 +31,8 @@ from pyspark.sql import functions as F
 
 from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
+from jobs.delta_tables import wait_for_tables
 from jobs.streaming import add_common_args, load_job_settings, run_job, start_query, union_stream, wait_started
-from jobs.validate import wait_for_tables
 from pipelines.posture import CONFIG_COLUMNS, latest_configs, topic_posture
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY
 from schemas.silver import SILVER_TABLES

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from isrwatch.delta_io import committed_version, ensure_table, write_once
 from isrwatch.settings import PipelineSettings, SettingsError
 from isrwatch.slo_config import load_slos
+from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
     die_here_if_asked,
@@ -42,7 +43,6 @@ from jobs.streaming import (
     union_stream,
     wait_started,
 )
-from jobs.validate import wait_for_tables
 from pipelines.slo_math import BudgetSeries, evaluate_batch
 from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES

@@ -38,6 +38,13 @@ from pyspark.sql.streaming import StreamingQuery
 
 from isrwatch.batch_appender import BatchAppender
 from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
+from jobs.delta_tables import (
+    SchemaDriftError,
+    check_schema,
+    create_table_if_missing,
+    is_delta_table,
+    wait_for_tables,
+)
 from pipelines.context import (
     METER_KEY,
     LastCounts,
@@ -56,53 +63,13 @@ from pipelines.expectations import (
 from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
 from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
-from schemas.spark import to_spark_schema
 from schemas.table import TableDef
 
 BRONZE_BY_NAME = {td.name: td for td in BRONZE_TABLES}
 
 
-class SchemaDriftError(Exception):
-    """Raised when a bronze table's schema differs from its definition in schemas/ (nothing is started)."""
-
-
 class ValidationMismatch(Exception):
     """Raised when Great Expectations and the row-level routing disagree on a batch (nothing is written)."""
-
-
-def check_schema(spark: SparkSession, td: TableDef, path: str) -> None:
-    actual = {f.name: f.dataType for f in spark.read.format("delta").load(path).schema}
-    expected = {f.name: f.dataType for f in to_spark_schema(td.arrow_schema)}
-    for name, dtype in expected.items():
-        if name not in actual:
-            raise SchemaDriftError(f"{td.qualified_name} ({path}): column {name!r} is missing "
-                                   f"(expected {dtype.simpleString()})")
-        if actual[name] != dtype:
-            raise SchemaDriftError(f"{td.qualified_name} ({path}): column {name!r} has type "
-                                   f"{actual[name].simpleString()}, expected {dtype.simpleString()}")
-    extra = [n for n in actual if n not in expected]
-    if extra:
-        raise SchemaDriftError(f"{td.qualified_name} ({path}): unexpected column(s) {extra}")
-
-
-def _is_delta_table(spark: SparkSession, path: str) -> bool:
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, path))
-
-
-def wait_for_tables(spark: SparkSession, paths: dict[str, str], timeout_s: float,
-                    log: Callable[[str], None]) -> None:
-    deadline = time.monotonic() + timeout_s
-    missing = [n for n, p in paths.items() if not _is_delta_table(spark, p)]
-    if missing:
-        log(f"waiting up to {timeout_s:.0f} s for tables: {', '.join(missing)}")
-    while missing:
-        if time.monotonic() >= deadline:
-            raise FileNotFoundError(f"tables not found after {timeout_s:.0f} s: "
-                                    + ", ".join(f"{n} ({paths[n]})" for n in missing))
-        time.sleep(0.5)
-        missing = [n for n in missing if not _is_delta_table(spark, paths[n])]
 
 
 def _die_here_if_asked(table: str, batch_id: int, point: str) -> None:
@@ -301,7 +268,7 @@ class TableValidator:
 
     def _silver_counts_before(self, run_ids: list[str], min_ts_us: int) -> Any:
         silver_path = self.path(SILVER_TABLES[self.bronze.name])
-        if not _is_delta_table(self.spark, silver_path):
+        if not is_delta_table(self.spark, silver_path):
             return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
         since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
@@ -314,7 +281,7 @@ class TableValidator:
 
         hours = self.settings.validate_.vacuum_retention_hours
         for td in (SILVER_TABLES[self.bronze.name], QUARANTINE_TABLES[self.bronze.name], DQ_RUNS):
-            if _is_delta_table(self.spark, self.path(td)):
+            if is_delta_table(self.spark, self.path(td)):
                 table = DeltaTable.forPath(self.spark, self.path(td))
                 table.optimize().executeCompaction()
                 table.vacuum(hours)
@@ -328,12 +295,6 @@ SINGLE_FILE_MAX_ROWS = 1_000_000
 
 def _few_files(rows: DataFrame, count: int) -> DataFrame:
     return rows.coalesce(1) if count <= SINGLE_FILE_MAX_ROWS else rows
-
-
-def create_table_if_missing(spark: SparkSession, td: TableDef, path: str) -> None:
-    """Create a sink table before any query writes it: concurrent first appends to one table conflict."""
-    if not _is_delta_table(spark, path):  # an empty append: works for any URI form (file:/, file:///, s3a://)
-        spark.createDataFrame([], to_spark_schema(td.arrow_schema)).write.format("delta").mode("append").save(path)
 
 
 @dataclass
@@ -352,7 +313,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     for td in tables:
         refs.update({ref.name: ref for ref in (RUNS, TOPIC_CONFIGS) if ref.name in _context_tables(td)})
     for td in refs.values():  # every table a query reads must match its definition, before anything starts
-        if _is_delta_table(spark, td.path(settings.lakehouse)):
+        if is_delta_table(spark, td.path(settings.lakehouse)):
             check_schema(spark, td, td.path(settings.lakehouse))
     for td in (DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
         create_table_if_missing(spark, td, td.path(settings.lakehouse))

@@ -10,7 +10,8 @@ import pytest
 from deltalake import DeltaTable
 
 from isrwatch.settings import load_settings
-from jobs.validate import SchemaDriftError, start_validation
+from jobs.delta_tables import SchemaDriftError
+from jobs.validate import start_validation
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from tests.pipeline.helpers import append, emulate, key_of, rows
