@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, write_deltalake
+from deltalake import DeltaTable
 
+from broker_emulator.delta_checksum import write_with_checksum
 from schemas.bronze import BROKER_METRICS, RUNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,8 +82,9 @@ def throughput(rows: int, files_per_trigger: list[int]) -> None:
     for i in range(copies):  # one bronze commit per copy, each a distinct run
         def renamed(t: pa.Table, i: int = i) -> pa.Table:
             return t.set_column(0, "run_id", pc.binary_join_element_wise(t["run_id"], pa.scalar(f"-copy{i}"), ""))
-        write_deltalake(BROKER_METRICS.path(lake), renamed(metrics).cast(BROKER_METRICS.landing_schema), mode="append")
-        write_deltalake(RUNS.path(lake), renamed(runs).cast(RUNS.landing_schema), mode="append")
+        write_with_checksum(BROKER_METRICS.path(lake), renamed(metrics).cast(BROKER_METRICS.landing_schema),
+                            mode="append")
+        write_with_checksum(RUNS.path(lake), renamed(runs).cast(RUNS.landing_schema), mode="append")
     total = copies * metrics.num_rows
     spark = build_spark_session("isrwatch-bench", master="local[2]")
     print(f"throughput: {total:,} broker_metrics rows in {copies} bronze commits (validate | pass-through floor)")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import os
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
+from broker_emulator.delta_checksum import write_with_checksum
 from schemas.table import TableDef
 
 
@@ -76,9 +77,9 @@ class DeltaSink:
             path = td.path(self.lakehouse)
             if "://" not in path:
                 os.makedirs(path, exist_ok=True)
-            write_deltalake(path, table.cast(td.landing_schema), mode="append",
-                            commit_properties=CommitProperties(
-                                app_transactions=[Transaction(self.app_id, batch_id)]))
+            write_with_checksum(path, table.cast(td.landing_schema), mode="append",
+                                commit_properties=CommitProperties(
+                                    app_transactions=[Transaction(self.app_id, batch_id)]))
             written.append(td.name)
         if written:
             self.batches_written += 1

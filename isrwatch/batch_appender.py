@@ -89,9 +89,11 @@ class BatchAppender:
             return False
         if not (self.driver_writes and on_local_file_system(path)):
             return self.append(self.spark.createDataFrame(rows).coalesce(1), path, batch_id)
-        from deltalake import CommitProperties, write_deltalake
+        from deltalake import CommitProperties
+
+        from broker_emulator.delta_checksum import write_with_checksum
 
         commit = CommitProperties(custom_metadata={"userMetadata": marker(self.app_id, batch_id)})
-        write_deltalake(path, rows, mode="append", commit_properties=commit)
+        write_with_checksum(path, rows, mode="append", commit_properties=commit)
         self.committed[path] = batch_id
         return True

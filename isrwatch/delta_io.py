@@ -10,9 +10,10 @@ import os
 from typing import Literal
 
 import pyarrow as pa
-from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
+from broker_emulator.delta_checksum import write_with_checksum
 from schemas.table import TableDef
 
 
@@ -43,19 +44,19 @@ def write_once(td: TableDef, lakehouse: str, rows: pa.Table, app_id: str, versio
     """Append (or overwrite) `rows` unless `app_id` already committed `version`; True when written."""
     if committed_version(td, lakehouse, app_id) >= version:
         return False
-    write_deltalake(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
-                    commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
+    write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
+                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
     return True
 
 
 def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:
-    write_deltalake(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode="append")
+    write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode="append")
 
 
 def ensure_table(td: TableDef, lakehouse: str) -> None:
     """Create an empty table so readers (SQL, the API) find it before the first row arrives."""
     if open_table(td, lakehouse) is None:
-        write_deltalake(_local_dir(td, lakehouse), td.arrow_schema.empty_table(), mode="append")
+        write_with_checksum(_local_dir(td, lakehouse), td.arrow_schema.empty_table(), mode="append")
 
 
 def _local_dir(td: TableDef, lakehouse: str) -> str:

@@ -37,7 +37,7 @@ class ValidateSettings(BaseModel):
     counter_lookback: str = "2 minutes"
     ge_engine: Literal["auto", "pandas", "spark"] = "auto"
     ge_pandas_max_rows: int = Field(default=500_000, ge=1)
-    driver_writes: bool = False
+    driver_writes: bool = True
     max_files_per_trigger: int = Field(default=1000, ge=1)
     maintain_every_batches: int = Field(default=600, ge=1)
     vacuum_retention_hours: int = Field(default=168, ge=0)
