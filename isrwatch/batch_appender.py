@@ -14,7 +14,8 @@ Rows the job already holds on the driver (a live batch, collected once through A
 with delta-rs when the table is on a local file system (`append_rows`): the same marker in the same
 `userMetadata` field, but no Spark job and no post-commit checkpoint job, which on 2 cores cost 0.4 s
 and 2-3 s respectively per write (a delta-rs append of a live batch takes ~10 ms). Both writers speak
-the same Delta protocol, so the table, its history and its readers do not tell them apart. Elsewhere
+the same Delta protocol, and the delta-rs commit gets the `.crc` checksum delta-spark would have written
+(broker_emulator/delta_checksum.py), so the table, its history and its readers do not tell them apart. Elsewhere
 (s3a://, hdfs://, abfss://, …) Spark writes them: it holds the credentials and file systems the
 cluster was configured with.
 
