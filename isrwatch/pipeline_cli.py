@@ -129,8 +129,8 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], A
 
         running = start_validation(spark, settings)
         bronze = {td.name: td.path(lake) for td in BRONZE_TABLES}
-        started += [Job(f"validate {n}", q, running.validators[n].stats, (bronze[n],))
-                    for n, q in running.queries.items()]
+        tables = tuple(bronze[td.name] for td in running.validator.tables)
+        started.append(Job("validate", running.query, running.validator.stats, tables))
         _settle(started, settings.validate_)
     if "posture" in jobs:
         from jobs.posture import start_posture

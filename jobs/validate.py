@@ -2,34 +2,34 @@
 
     spark-submit [--master …] --jars <delta jars> jobs/validate.py [--lakehouse URI] [--trigger …]
 
-One streaming query per bronze table. Each micro-batch gets an ingestion timestamp (the batch's own,
-replayed identically after a restart), is de-duplicated on the table's natural key within
-`dedup_window`, enriched with the context its expectations need, and split: rows passing every
-expectation go to silver, the others to quarantine with the failed expectations and offending values;
-Great Expectations validates the batch and its verdict goes to silver.dq_runs.
+One streaming query over all the configured bronze tables (a union: each micro-batch carries the new
+rows of every table, so the per-batch costs of Spark's streaming engine and of the commits are paid
+once per trigger, not once per table). Each micro-batch gets an ingestion timestamp (the batch's own,
+replayed identically after a restart), is de-duplicated on each table's natural key within
+`dedup_window`, enriched with the context its expectations need, and split per table: rows passing
+every expectation go to silver, the others to quarantine with the failed expectations and offending
+values; Great Expectations validates each table's rows and its verdicts go to silver.dq_runs, one
+commit per micro-batch (jobs/validate_routes.py routes a table's rows).
 
-Exactly once: the Delta source's offsets and the dedup state live in the query's checkpoint, and every
-sink write is marked with the query's id and the batch id (isrwatch/batch_appender.py). A batch
-replayed after a crash recomputes the same rows and skips each write it already committed.
+Exactly once: the Delta sources' offsets and the dedup state live in the query's checkpoint, and every
+sink write is marked with the query's id, the table and the batch id (isrwatch/batch_appender.py). A
+batch replayed after a crash recomputes the same rows and skips each write it already committed.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -45,37 +45,23 @@ from jobs.delta_tables import (
     is_delta_table,
     wait_for_tables,
 )
-from pipelines.context import (
-    METER_KEY,
-    LastCounts,
-    newest_meter_counts,
-    with_previous_count,
-    with_run_window,
-    with_topic,
+from jobs.validate_checkpoints import continue_from_per_table_checkpoints
+from jobs.validate_routes import (
+    DriverContext,
+    SparkRoute,
+    TableCheck,
+    die_here_if_asked,
+    empty_meter_counts,
+    route_on_driver,
 )
-from pipelines.expectations import (
-    FAILURES,
-    VALID,
-    CompiledExpectations,
-    failure_counts,
-    failure_counts_of_frame,
-)
-from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
+from pipelines.context import LastCounts, newest_meter_counts
+from pipelines.driver_context import RunWindows, TopicPartitions
+from pipelines.great_expectations_check import SuiteValidator
 from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 
 BRONZE_BY_NAME = {td.name: td for td in BRONZE_TABLES}
-
-
-class ValidationMismatch(Exception):
-    """Raised when Great Expectations and the row-level routing disagree on a batch (nothing is written)."""
-
-
-def _die_here_if_asked(table: str, batch_id: int, point: str) -> None:
-    """Fault injection for the exactly-once tests: ISRWATCH_KILL_AT=<table>:<batch>:<point> SIGKILLs us."""
-    if os.environ.get("ISRWATCH_KILL_AT") == f"{table}:{batch_id}:{point}":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass
@@ -92,184 +78,141 @@ class BatchStats:
     def describe(self) -> str:
         return f"in {self.total_in:>7}  silver {self.total_valid:>7}  quarantine {self.total_quarantined:>5}"
 
-
-class BatchCheck(NamedTuple):
-    """A routed micro-batch: its counts, GE's verdict, and its valid meter rows for `LastCounts.fold`."""
-
-    rows_in: int
-    rows_valid: int
-    counts: dict[str, int]  # unexpected rows per expectation label (only labels with some)
-    ge: GeOutcome
-    valid_meters: Callable[[], Any]  # -> pandas frame (METER_KEY, ts, count; timestamps as epoch µs)
+    def add(self, batch_id: int, rows_in: int, rows_valid: int, duration_ms: int) -> None:
+        self.batch_id, self.rows_in, self.rows_valid = batch_id, rows_in, rows_valid
+        self.rows_quarantined, self.duration_ms = rows_in - rows_valid, duration_ms
+        self.total_in += rows_in
+        self.total_valid += rows_valid
+        self.total_quarantined += rows_in - rows_valid
 
 
-def _meters_of_arrow(valid: pa.Table) -> Any:
-    """The valid meter rows of a collected batch, shaped for `LastCounts.fold`."""
-    meters = valid.filter(pc.equal(valid.column("kind"), "meter")).select([*METER_KEY, "ts", "count"])
-    return arrow_to_ge_frame(meters)
+def _table_column(name: str) -> str:
+    """The union's struct column holding a row of bronze table `name` (null on other tables' rows)."""
+    return f"_{name}"
 
 
 @dataclass
-class TableValidator:
-    """The foreachBatch body for one bronze table."""
+class UnionValidator:
+    """The foreachBatch body: split the union micro-batch per table, route each, record the verdicts."""
 
     spark: SparkSession
     settings: PipelineSettings
-    bronze: TableDef
-    ge: SuiteValidator
+    tables: list[TableDef]  # reference tables (runs, topic_configs) first: their rows feed the others' context
+    ge: SuiteValidator = field(default_factory=SuiteValidator)
     stats: BatchStats = field(default_factory=BatchStats)
+    table_stats: dict[str, BatchStats] = field(default_factory=dict)
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
-    appender: BatchAppender | None = None
-    last_counts: LastCounts | None = None
 
     def __post_init__(self) -> None:
-        self.compiled = CompiledExpectations(self.bronze.expectations)
-        if "previous_count" in self.bronze.context:
-            self.last_counts = LastCounts(interval_ms(self.settings.validate_.counter_lookback) * 1000)
+        lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
+        self.last_counts = {td.name: LastCounts(lookback_us) for td in self.tables if "previous_count" in td.context}
+        self.context = DriverContext(RunWindows(self._reference_loader(RUNS, ("run_id", "batch_id", "start_ts",
+                                                                              "end_ts"))),
+                                     TopicPartitions(self._reference_loader(TOPIC_CONFIGS, ("run_id", "topic",
+                                                                                           "partitions"))),
+                                     self.last_counts, self._silver_counts_before)
+        self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge,
+                                                 self.last_counts.get(td.name), self._silver_counts_before)
+                             for td in self.tables}
+        self.table_stats = {td.name: BatchStats() for td in self.tables}
+        self.appenders: dict[str, BatchAppender] = {}
 
-    def path(self, td: TableDef) -> str:
-        return td.path(self.settings.lakehouse)
+    def _appender(self, name: str) -> BatchAppender:
+        if name not in self.appenders:
+            self.appenders[name] = BatchAppender(self.spark, f"isrwatch-validate/{name}/{self.query_id}",
+                                                 driver_writes=self.settings.validate_.driver_writes)
+        return self.appenders[name]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if not self.started.wait(120):
-            raise RuntimeError(f"{self.bronze.qualified_name}: query id not set")
-        if self.appender is None:
-            self.appender = BatchAppender(self.spark, f"isrwatch-validate/{self.bronze.name}/{self.query_id}",
-                                          driver_writes=self.settings.validate_.driver_writes)
+        if not self.started.wait(120) or self.query_id is None:
+            raise RuntimeError("validate: query id not set")
         began = time.monotonic()
         batch = batch.persist()
         try:
-            self._validate(batch, batch_id, began)
+            rows = batch.count()
+            if rows == 0:
+                return  # watermark-only batch: nothing to write
+            v = self.settings.validate_
+            engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if rows <= v.ge_pandas_max_rows else "spark")
+            checks = self._on_driver(batch, batch_id) if engine == "pandas" else self._in_spark(batch, batch_id)
         finally:
             batch.unpersist()
+        self._record(checks, batch, batch_id, began)
 
-    def _validate(self, batch: DataFrame, batch_id: int, began: float) -> None:
-        td = self.bronze
-        ts = "ts" if "ts" in batch.columns else "end_ts"
-        head = batch.agg(F.count(F.lit(1)).alias("n"), F.unix_micros(F.min(ts)).alias("min_ts_us"),
-                         F.collect_set("run_id").alias("runs"),
-                         F.unix_micros(F.max("ingested_at")).alias("at_us")).first()
-        assert head is not None
-        if head["n"] == 0:
-            return  # watermark-only batch: nothing to write
-        run_ids = sorted(r for r in head["runs"] if r is not None)
-        flagged = self.compiled.with_failure_flags(self._with_context(batch, run_ids, head["min_ts_us"]))
-        v = self.settings.validate_
-        engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if head["n"] <= v.ge_pandas_max_rows else "spark")
-        route = self._route_on_driver if engine == "pandas" else self._route_in_spark
-        check = route(flagged, batch_id)
-        rows_in, rows_valid, counts, outcome = check.rows_in, check.rows_valid, check.counts, check.ge
+    def _on_driver(self, batch: DataFrame, batch_id: int) -> list[tuple[TableCheck, int]]:
+        """The batch collected once through Arrow and routed per table on the driver: no other Spark job.
+        Every table reaches silver before Great Expectations validates any (readers wait for silver)."""
+        collected = batch.toArrow()
+        lake, routed = self.settings.lakehouse, []
+        for td in self.tables:
+            mine = collected.filter(pc.equal(collected.column("_table"), td.name))
+            if mine.num_rows == 0:
+                continue
+            struct = mine.column(_table_column(td.name)).combine_chunks()
+            rows = pa.Table.from_arrays([*struct.flatten(), mine.column("ingested_at")],
+                                        names=[*(f.name for f in struct.type), "ingested_at"])
+            if td.name == RUNS.name:
+                self.context.run_windows.fold(rows)
+            elif td.name == TOPIC_CONFIGS.name:
+                self.context.topics.fold(rows)
+            routed.append((route_on_driver(td, rows, batch_id, self.context, self._appender(td.name), lake),
+                           _max_micros(rows.column("ingested_at"))))
+        return [(r.checked(self.ge, batch_id), at_us) for r, at_us in routed]
+
+    def _in_spark(self, batch: DataFrame, batch_id: int) -> list[tuple[TableCheck, int]]:
+        """A batch too large for the driver: each table routed by Spark, GE's Spark engine validating."""
+        present = {r["_table"]: r["at_us"] for r in batch.groupBy("_table").agg(
+            F.unix_micros(F.max("ingested_at")).alias("at_us")).collect()}
+        checks = []
+        for td in self.tables:
+            if td.name not in present:
+                continue
+            rows = batch.where(F.col("_table") == td.name).select(f"{_table_column(td.name)}.*", "ingested_at")
+            check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name))
+            checks.append((check, present[td.name]))
+        return checks
+
+    def _record(self, checks: list[tuple[TableCheck, int]], batch: DataFrame, batch_id: int, began: float) -> None:
+        """One silver.dq_runs commit for the whole batch, then the driver's meter counts and the stats."""
         duration_ms = int((time.monotonic() - began) * 1000)
         dq = pa.Table.from_pylist([{
-            "table_name": td.name, "validate_batch_id": batch_id, "ingested_at": head["at_us"], "rows_in": rows_in,
-            "rows_valid": rows_valid, "rows_quarantined": rows_in - rows_valid, "pass_rate": rows_valid / rows_in,
-            "failed_expectations": [{"expectation": k, "unexpected_count": c} for k, c in sorted(counts.items())],
-            "ge_success": outcome.success, "ge_evaluated_expectations": outcome.evaluated,
-            "ge_successful_expectations": outcome.successful, "ge_engine": outcome.engine, "runs": run_ids,
+            "table_name": c.table, "validate_batch_id": batch_id, "ingested_at": at_us, "rows_in": c.rows_in,
+            "rows_valid": c.rows_valid, "rows_quarantined": c.rows_in - c.rows_valid,
+            "pass_rate": c.rows_valid / c.rows_in,
+            "failed_expectations": [{"expectation": k, "unexpected_count": n} for k, n in sorted(c.counts.items())],
+            "ge_success": c.ge.success, "ge_evaluated_expectations": c.ge.evaluated,
+            "ge_successful_expectations": c.ge.successful, "ge_engine": c.ge.engine, "runs": c.runs,
             "batch_duration_ms": duration_ms,
-        }], schema=DQ_RUNS.arrow_schema.set(2, pa.field("ingested_at", pa.int64()))).cast(DQ_RUNS.arrow_schema)
-        assert self.appender is not None
-        self.appender.append_rows(dq, self.path(DQ_RUNS), batch_id)
-        _die_here_if_asked(td.name, batch_id, "after_dq")
-        if self.last_counts is not None:  # after the batch committed: a replay must see what silver holds
-            self.last_counts.fold(check.valid_meters())
-        s = self.stats
-        s.batch_id, s.rows_in, s.rows_valid, s.rows_quarantined = batch_id, rows_in, rows_valid, rows_in - rows_valid
-        s.duration_ms = duration_ms
-        s.total_in += rows_in
-        s.total_valid += rows_valid
-        s.total_quarantined += rows_in - rows_valid
+        } for c, at_us in checks], schema=DQ_RUNS.arrow_schema.set(2, pa.field("ingested_at", pa.int64())))
+        self._appender("dq_runs").append_rows(dq.cast(DQ_RUNS.arrow_schema), DQ_RUNS.path(self.settings.lakehouse),
+                                              batch_id)
+        for c, _ in checks:
+            die_here_if_asked(c.table, batch_id, "after_dq")
+        for c, _ in checks:  # after the batch committed: a replay must see what silver holds
+            if c.valid_meters is not None:
+                self.last_counts[c.table].fold(c.valid_meters())
+            self.table_stats[c.table].add(batch_id, c.rows_in, c.rows_valid, duration_ms)
+        self.stats.add(batch_id, sum(c.rows_in for c, _ in checks), sum(c.rows_valid for c, _ in checks),
+                       duration_ms)
         every = self.settings.validate_.maintain_every_batches
         if batch_id > 0 and batch_id % every == 0:
             self._maintain()
 
-    def _verified(self, batch_id: int, counts: dict[str, int], outcome: GeOutcome) -> None:
-        if outcome.unexpected != counts:
-            raise ValidationMismatch(f"{self.bronze.qualified_name} batch {batch_id}: Great Expectations counted "
-                                     f"{outcome.unexpected}, routing counted {counts}")
+    def _reference_loader(self, td: TableDef, cols: tuple[str, ...]) -> Callable[[Sequence[str]], pa.Table]:
+        """Rows of a bronze reference table for some runs, read on a driver cache miss (one Spark job)."""
+        def load(run_ids: Sequence[str]) -> pa.Table:
+            path = td.path(self.settings.lakehouse)
+            if not is_delta_table(self.spark, path):
+                return pa.table({c: pa.array([], td.arrow_schema.field(c).type) for c in cols})
+            return (self.spark.read.format("delta").load(path).where(F.col("run_id").isin(list(run_ids)))
+                    .select(*cols).toArrow())
+        return load
 
-    def _route_on_driver(self, flagged: DataFrame, batch_id: int) -> BatchCheck:
-        """A batch the driver can hold: collected once, through Arrow (quarantine reasons built in Spark
-        for the rejected rows only); GE's pandas engine validates that frame, and silver and quarantine
-        are appended from it with delta-rs: one Spark job per micro-batch after the de-duplication."""
-        td, name = self.bronze, self.bronze.name
-        data_columns = [c for c in flagged.columns if c not in (*self.compiled.flags, VALID)]
-        rows = flagged.withColumn(FAILURES, F.when(~F.col(VALID), self.compiled.failures)).toArrow()
-        outcome = self.ge.validate_frame(td, arrow_to_ge_frame(rows.select(data_columns)))
-        rows_in, rows_valid, counts = failure_counts_of_frame(
-            rows.select([*self.compiled.flags, VALID]).to_pandas(), td.expectations)
-        self._verified(batch_id, counts, outcome)
-        valid = pc.fill_null(rows.column(VALID), False)
-        assert self.appender is not None
-        if rows_valid:
-            silver = SILVER_TABLES[name]
-            self.appender.append_rows(rows.filter(valid).select(silver.arrow_schema.names).cast(silver.arrow_schema),
-                                       self.path(silver), batch_id)
-        _die_here_if_asked(name, batch_id, "after_silver")
-        if rows_valid < rows_in:
-            quarantine, rejected = QUARANTINE_TABLES[name], rows.filter(pc.invert(valid))
-            rejected = (rejected.append_column("quarantined_at", rejected.column("ingested_at"))
-                        .append_column("validate_batch_id", pa.array([batch_id] * len(rejected), pa.int64())))
-            self.appender.append_rows(rejected.select(quarantine.arrow_schema.names).cast(quarantine.arrow_schema),
-                                       self.path(quarantine), batch_id)
-        _die_here_if_asked(name, batch_id, "after_quarantine")
-        return BatchCheck(rows_in, rows_valid, counts, outcome, lambda: _meters_of_arrow(rows.filter(valid)))
-
-    def _route_in_spark(self, flagged: DataFrame, batch_id: int) -> BatchCheck:
-        """A batch too large for the driver: GE's Spark engine validates it where it is, and silver and
-        quarantine are appended by Spark (the flags are cached: every write reads them)."""
-        td, name = self.bronze, self.bronze.name
-        flagged = flagged.persist()
-        try:
-            rows_in, rows_valid, counts = failure_counts(flagged, td.expectations)
-            outcome = self.ge.validate_dataframe(td, flagged.drop(*self.compiled.flags, VALID))
-            self._verified(batch_id, counts, outcome)
-            silver, quarantine = SILVER_TABLES[name], QUARANTINE_TABLES[name]
-            assert self.appender is not None
-            if rows_valid:
-                rows = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
-                self.appender.append(_few_files(rows, rows_valid), self.path(silver), batch_id)
-            _die_here_if_asked(name, batch_id, "after_silver")
-            if rows_valid < rows_in:
-                rows = (flagged.where(~F.col(VALID))
-                        .withColumn(FAILURES, self.compiled.failures)
-                        .withColumn("quarantined_at", F.col("ingested_at"))
-                        .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
-                        .select(*quarantine.arrow_schema.names))
-                self.appender.append(_few_files(rows, rows_in - rows_valid), self.path(quarantine), batch_id)
-            _die_here_if_asked(name, batch_id, "after_quarantine")
-            meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
-                      if self.last_counts is not None else None)
-        finally:
-            flagged.unpersist()
-        return BatchCheck(rows_in, rows_valid, counts, outcome, lambda: meters)
-
-    def _with_context(self, batch: DataFrame, run_ids: list[str], min_ts_us: int) -> DataFrame:
-        out, lake = batch, self.settings.lakehouse
-        if "run_window" in self.bronze.context:
-            runs = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(run_ids))
-                    .select("run_id", "batch_id", "start_ts", "end_ts"))
-            out = with_run_window(out, runs)
-        if "topic" in self.bronze.context:
-            configs = (self.spark.read.format("delta").load(TOPIC_CONFIGS.path(lake))
-                       .where(F.col("run_id").isin(run_ids)).select("run_id", "topic", "partitions"))
-            out = with_topic(out, configs)
-        if "previous_count" in self.bronze.context:
-            out = with_previous_count(out, self._meter_history(run_ids, min_ts_us))
-        return out
-
-    def _meter_history(self, run_ids: list[str], min_ts_us: int) -> DataFrame:
-        assert self.last_counts is not None
-        if not self.last_counts.loaded:  # the first batch after a start: what silver holds before it
-            self.last_counts.fold(self._silver_counts_before(run_ids, min_ts_us))
-            self.last_counts.loaded = True
-        return self.last_counts.history(self.spark, min_ts_us)
-
-    def _silver_counts_before(self, run_ids: list[str], min_ts_us: int) -> Any:
-        silver_path = self.path(SILVER_TABLES[self.bronze.name])
+    def _silver_counts_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
+        silver_path = SILVER_TABLES[td.name].path(self.settings.lakehouse)
         if not is_delta_table(self.spark, silver_path):
-            return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
+            return empty_meter_counts()
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
         since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
         rows = (self.spark.read.format("delta").load(silver_path)  # ts compared directly: file skipping
@@ -280,34 +223,57 @@ class TableValidator:
         from delta.tables import DeltaTable
 
         hours = self.settings.validate_.vacuum_retention_hours
-        for td in (SILVER_TABLES[self.bronze.name], QUARANTINE_TABLES[self.bronze.name], DQ_RUNS):
-            if is_delta_table(self.spark, self.path(td)):
-                table = DeltaTable.forPath(self.spark, self.path(td))
+        for td in (DQ_RUNS, *(t[x.name] for x in self.tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
+            path = td.path(self.settings.lakehouse)
+            if is_delta_table(self.spark, path):
+                table = DeltaTable.forPath(self.spark, path)
                 table.optimize().executeCompaction()
                 table.vacuum(hours)
 
 
-# A batch up to this many rows is written as one file per table: live batches would otherwise leave one
-# small file per shuffle partition, and readers taking a file per trigger (the alerts job's catch-up)
-# would see one metric interval split across micro-batches.
-SINGLE_FILE_MAX_ROWS = 1_000_000
+def _max_micros(column: pa.ChunkedArray) -> int:
+    return int(pc.cast(pc.max(column), pa.int64()).as_py())
 
 
-def _few_files(rows: DataFrame, count: int) -> DataFrame:
-    return rows.coalesce(1) if count <= SINGLE_FILE_MAX_ROWS else rows
+def bronze_union(spark: SparkSession, settings: PipelineSettings, tables: list[TableDef],
+                 starting_versions: dict[str, int]) -> DataFrame:
+    """One streaming DataFrame over the bronze tables: `_table`, `_key` (the natural key as JSON), one struct
+    column per table holding its row, and `ingested_at`; de-duplicated per table and key within the window."""
+    v = settings.validate_
+    frames = []
+    for td in tables:
+        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", v.max_files_per_trigger)
+        if td.name in starting_versions:
+            reader = reader.option("startingVersion", starting_versions[td.name])
+        source = reader.load(td.path(settings.lakehouse))
+        key = F.to_json(F.struct(*td.natural_key), {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
+        frames.append(source.select(F.lit(td.name).alias("_table"), key.alias("_key"),
+                                    F.struct(*source.columns).alias(_table_column(td.name))))
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame, allowMissingColumns=True)
+    return (union.withColumn("ingested_at", F.current_timestamp())
+            .withWatermark("ingested_at", v.dedup_window)
+            .dropDuplicatesWithinWatermark(["_table", "_key"]))
 
 
 @dataclass
 class RunningValidation:
-    queries: dict[str, StreamingQuery]
-    validators: dict[str, TableValidator]
+    query: StreamingQuery
+    validator: UnionValidator
+
+    @property
+    def queries(self) -> dict[str, StreamingQuery]:
+        return {"validate": self.query}
 
 
 def start_validation(spark: SparkSession, settings: PipelineSettings,
                      log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningValidation:
-    """Check schemas, then start one streaming query per configured bronze table."""
+    """Check schemas, then start the streaming query over every configured bronze table."""
     v = settings.validate_
-    tables = [BRONZE_BY_NAME[n] for n in v.tables]
+    tables = sorted((BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)),
+                    key=lambda td: (td.name not in REFERENCE_TABLES, REFERENCE_TABLES.index(td.name)
+                                    if td.name in REFERENCE_TABLES else 0, v.tables.index(td.name)))
     wait_for_tables(spark, {td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
     refs = {td.name: td for td in tables}
     for td in tables:
@@ -317,25 +283,22 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
             check_schema(spark, td, td.path(settings.lakehouse))
     for td in (DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
         create_table_if_missing(spark, td, td.path(settings.lakehouse))
-    ge = SuiteValidator()
-    queries: dict[str, StreamingQuery] = {}
-    validators: dict[str, TableValidator] = {}
-    for td in tables:
-        validator = TableValidator(spark, settings, td, ge)
-        stream = (spark.readStream.format("delta").option("maxFilesPerTrigger", v.max_files_per_trigger)
-                  .load(td.path(settings.lakehouse))
-                  .withColumn("ingested_at", F.current_timestamp())
-                  .withWatermark("ingested_at", v.dedup_window)
-                  .dropDuplicatesWithinWatermark(list(td.natural_key)))
-        writer = (stream.writeStream.queryName(f"validate_{td.name}").foreachBatch(validator)
-                  .option("checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/validate/{td.name}"))
-        writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
-                  else writer.trigger(processingTime=v.trigger_interval))
-        query = writer.start()
-        validator.query_id = str(query.id)
-        validator.started.set()
-        queries[td.name], validators[td.name] = query, validator
-    return RunningValidation(queries, validators)
+    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/validate/union"
+    starting = continue_from_per_table_checkpoints(spark, settings.checkpoint_root, checkpoint,
+                                                   [td.name for td in tables], log)
+    validator = UnionValidator(spark, settings, tables)
+    writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
+              .foreachBatch(validator).option("checkpointLocation", checkpoint))
+    writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
+              else writer.trigger(processingTime=v.trigger_interval))
+    query = writer.start()
+    validator.query_id = str(query.id)
+    validator.started.set()
+    return RunningValidation(query, validator)
+
+
+# Their rows are folded into the driver's context before the other tables of the same micro-batch.
+REFERENCE_TABLES = (RUNS.name, TOPIC_CONFIGS.name)
 
 
 def _context_tables(td: TableDef) -> set[str]:
@@ -345,7 +308,6 @@ def _context_tables(td: TableDef) -> set[str]:
     if "topic" in td.context:
         needs.add(TOPIC_CONFIGS.name)
     return needs
-
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="jobs/validate.py", description=__doc__.split("\n")[0],
@@ -393,22 +355,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"validate: {e}", file=sys.stderr)
         return 2
     v = settings.validate_
-    print(f"validate: {len(running.queries)} queries ({', '.join(running.queries)}), trigger {v.trigger}",
+    names = ", ".join(td.name for td in running.validator.tables)
+    print(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}",
           file=sys.stderr)
-    failed = False
     try:
-        for name, query in running.queries.items():
-            query.awaitTermination()
-            if query.exception() is not None:
-                failed = True
-                print(f"validate: {name} failed: {query.exception()}", file=sys.stderr)
+        running.query.awaitTermination()
     except KeyboardInterrupt:
-        for query in running.queries.values():
-            query.stop()
+        running.query.stop()
         print("validate: stopped; checkpoints are consistent, a restart resumes", file=sys.stderr)
         return 130
-    for name, validator in running.validators.items():
-        s = validator.stats
+    failed = running.query.exception() is not None
+    if failed:
+        print(f"validate: failed: {running.query.exception()}", file=sys.stderr)
+    for name, s in running.validator.table_stats.items():
         print(f"validate: {name}: {s.total_in} rows in, {s.total_valid} to silver, "
               f"{s.total_quarantined} quarantined", file=sys.stderr)
     return 1 if failed else 0

@@ -1,0 +1,90 @@
+"""Carry on from the per-table validate checkpoints an earlier isrwatch left.
+
+Before the union query, validate ran one streaming query per bronze table, checkpointed under
+`<checkpoints>/validate/<table>`. A new union query started over the same lakehouse would read every
+bronze table from its first version again and append those rows to silver a second time (its writes are
+marked with its own query id). So when the union checkpoint does not exist yet, each table's source
+starts at the first bronze version its old query had not committed. The old de-duplication state does
+not carry over: bronze rows that arrive twice within `dedup_window` of the switch would both pass (the
+emulator's appends are idempotent, so it writes none).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+BASE_INDEX = -1                 # Delta source offset: before the first file of the version
+END_INDEX = 2**63 - 1 - 100     # Delta source offset: after the last file of the version (Long.MaxValue - 100)
+
+
+class CheckpointMigrationError(Exception):
+    """Raised when an old per-table checkpoint stopped inside a bronze version (nothing is started)."""
+
+
+class _HadoopFiles:
+    """The checkpoint root through Spark's Hadoop file systems: any URI a checkpoint may live on."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None, "a classic (JVM) SparkSession"
+        self.jvm: Any = jvm
+        self.conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str) -> tuple[Any, Any]:
+        p = self.jvm.org.apache.hadoop.fs.Path(path)
+        return p.getFileSystem(self.conf), p
+
+    def exists(self, path: str) -> bool:
+        fs, p = self._fs(path)
+        return bool(fs.exists(p))
+
+    def names(self, path: str) -> list[str]:
+        fs, p = self._fs(path)
+        return [s.getPath().getName() for s in fs.listStatus(p)] if fs.exists(p) else []
+
+    def read(self, path: str) -> str:
+        fs, p = self._fs(path)
+        stream = fs.open(p)
+        try:
+            return str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+
+def next_version(offset: dict[str, Any], where: str) -> int | None:
+    """The first bronze version not fully processed at a committed Delta source offset (None: all of it)."""
+    version, index = int(offset["reservoirVersion"]), int(offset["index"])
+    if index >= END_INDEX:
+        return version + 1
+    if index == BASE_INDEX:
+        # At the start of an initial snapshot nothing was read yet: read everything.
+        return None if offset.get("isStartingVersion") else version
+    raise CheckpointMigrationError(
+        f"{where}: the old validate query stopped inside bronze version {version} (file {index}); run the "
+        "earlier isrwatch's validate until it has caught up, then start this one")
+
+
+def continue_from_per_table_checkpoints(spark: SparkSession, checkpoint_root: str, union_checkpoint: str,
+                                        tables: list[str], log: Callable[[str], None]) -> dict[str, int]:
+    """Per table, the bronze version the union query's source starts at (tables without an old checkpoint,
+    or once the union query has a checkpoint of its own, are absent)."""
+    files = _HadoopFiles(spark)
+    if files.names(f"{union_checkpoint}/offsets"):
+        return {}
+    starting = {}
+    for name in tables:
+        old = f"{checkpoint_root.rstrip('/')}/validate/{name}"
+        committed = [int(n) for n in files.names(f"{old}/commits") if n.isdigit()]
+        if not committed:
+            continue
+        lines = files.read(f"{old}/offsets/{max(committed)}").splitlines()
+        # v1, the batch's metadata, then one offset per source: the old query had one source.
+        version = next_version(json.loads(lines[2]), old)
+        if version is not None:
+            starting[name] = version
+            log(f"validate: {name} continues from bronze version {version} (the per-table checkpoint {old})")
+    return starting

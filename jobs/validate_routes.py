@@ -1,0 +1,235 @@
+"""How validate routes one bronze table's rows of a micro-batch to silver and quarantine.
+
+Two routes, the same outcome (rows, verdict, reasons, writes, markers):
+- `route_on_driver`: the batch was collected to the driver (live batches): context and expectations
+  are evaluated on that Arrow table and silver and quarantine appended from it, with no Spark job at all
+  (pipelines/arrow_expectations.py, pipelines/driver_context.py); Great Expectations' pandas engine then
+  validates the same rows.
+- `SparkRoute`: batches too large for the driver: context joins and expectation flags as Spark columns,
+  GE's Spark engine, Spark writes.
+
+Each returns a `TableCheck`; the job writes the dq record of all tables of the batch in one commit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from isrwatch.batch_appender import BatchAppender
+from pipelines.arrow_expectations import evaluate, failures
+from pipelines.context import (
+    METER_KEY,
+    LastCounts,
+    newest_meter_counts,
+    with_previous_count,
+    with_run_window,
+    with_topic,
+)
+from pipelines.driver_context import RunWindows, TopicPartitions
+from pipelines.driver_context import with_previous_count as with_previous_count_on_driver
+from pipelines.expectations import FAILURES, VALID, CompiledExpectations, failure_counts
+from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
+from schemas.bronze import RUNS, TOPIC_CONFIGS
+from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
+from schemas.table import TableDef
+
+# A batch up to this many rows is written as one file per table: live batches would otherwise leave one
+# small file per shuffle partition, and readers taking a file per trigger (the alerts job's catch-up)
+# would see one metric interval split across micro-batches.
+SINGLE_FILE_MAX_ROWS = 1_000_000
+
+
+class ValidationMismatch(Exception):
+    """Raised when Great Expectations and the row-level routing disagree on a batch (its dq record is not
+    written, so the batch is replayed, and fails again, at the next start)."""
+
+
+def die_here_if_asked(table: str, batch_id: int, point: str) -> None:
+    """Fault injection for the exactly-once tests: ISRWATCH_KILL_AT=<table>:<batch>:<point> SIGKILLs us."""
+    if os.environ.get("ISRWATCH_KILL_AT") == f"{table}:{batch_id}:{point}":
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class TableCheck:
+    """One table's share of a routed micro-batch."""
+
+    table: str
+    rows_in: int
+    rows_valid: int
+    counts: dict[str, int]  # unexpected rows per expectation label (only labels with some)
+    ge: GeOutcome
+    runs: list[str]
+    valid_meters: Callable[[], Any] | None  # -> frame for `LastCounts.fold` (None: the table has no meters)
+
+
+def verified(td: TableDef, batch_id: int, counts: dict[str, int], outcome: GeOutcome) -> None:
+    if outcome.unexpected != counts:
+        raise ValidationMismatch(f"{td.qualified_name} batch {batch_id}: Great Expectations counted "
+                                 f"{outcome.unexpected}, routing counted {counts}")
+
+
+@dataclass
+class DriverContext:
+    """Reference data the driver route keeps between micro-batches (one per job)."""
+
+    run_windows: RunWindows
+    topics: TopicPartitions
+    last_counts: dict[str, LastCounts]  # bronze table -> its meters' latest counts
+    silver_counts_before: Callable[[TableDef, list[str], int], Any]  # first batch after a start
+
+
+@dataclass(frozen=True)
+class RoutedOnDriver:
+    """One table's rows of a batch, written to silver and quarantine; Great Expectations still to run."""
+
+    td: TableDef
+    rows_in: int
+    rows_valid: int
+    counts: dict[str, int]
+    runs: list[str]
+    ge_frame: Any  # what GE's pandas engine validates: the rows with their context, timestamps as epoch µs
+    valid_meters: Callable[[], Any] | None
+
+    def checked(self, ge: SuiteValidator, batch_id: int) -> TableCheck:
+        """GE's verdict on the same rows, which must count the same failures as the routing did."""
+        outcome = ge.validate_frame(self.td, self.ge_frame)
+        verified(self.td, batch_id, self.counts, outcome)
+        return TableCheck(self.td.name, self.rows_in, self.rows_valid, self.counts, outcome, self.runs,
+                          self.valid_meters)
+
+
+def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverContext, appender: BatchAppender,
+                    lakehouse: str) -> RoutedOnDriver:
+    """Validate and write one table's rows of a batch held on the driver (bronze columns + ingested_at).
+
+    Great Expectations runs afterwards (`RoutedOnDriver.checked`), once every table of the batch is in
+    silver: GE's per-expectation bookkeeping costs ~0.15 s a table, and alerts read silver. A batch whose
+    GE verdict disagrees with the routing still fails before its dq record is written (and again on replay).
+    """
+    runs = sorted(r for r in pc.unique(rows.column("run_id")).to_pylist() if r is not None)
+    data = rows
+    if "run_window" in td.context:
+        data = ctx.run_windows.add_columns(data)
+    if "topic" in td.context:
+        data = ctx.topics.add_columns(data)
+    last = ctx.last_counts.get(td.name)
+    if "previous_count" in td.context:
+        assert last is not None
+        min_ts_us = pc.cast(pc.min(rows.column("ts")), pa.int64()).as_py()
+        if not last.loaded:  # the first batch after a start: what silver holds before it
+            last.fold(ctx.silver_counts_before(td, runs, min_ts_us))
+            last.loaded = True
+        data = with_previous_count_on_driver(data, last, min_ts_us)
+    verdict = evaluate(data, td.expectations)
+    rows_in, rows_valid = data.num_rows, int(verdict.valid.sum())
+    valid_mask = pa.array(verdict.valid)
+    if rows_valid:
+        silver = SILVER_TABLES[td.name]
+        appender.append_rows(data.filter(valid_mask).select(silver.arrow_schema.names).cast(silver.arrow_schema),
+                             silver.path(lakehouse), batch_id)
+    die_here_if_asked(td.name, batch_id, "after_silver")
+    if rows_valid < rows_in:
+        quarantine = QUARANTINE_TABLES[td.name]
+        which = np.flatnonzero(~verdict.valid)
+        rejected = data.take(pa.array(which))
+        reasons = pa.array(failures(data, td.expectations, verdict, which),
+                           quarantine.arrow_schema.field(FAILURES).type)
+        rejected = (rejected.append_column(FAILURES, reasons)
+                    .append_column("quarantined_at", rejected.column("ingested_at"))
+                    .append_column("validate_batch_id", pa.array([batch_id] * len(which), pa.int64())))
+        appender.append_rows(rejected.select(quarantine.arrow_schema.names).cast(quarantine.arrow_schema),
+                             quarantine.path(lakehouse), batch_id)
+    die_here_if_asked(td.name, batch_id, "after_quarantine")
+    meters = None
+    if last is not None:
+        def meters() -> Any:
+            valid = data.filter(valid_mask)
+            kept = valid.filter(pc.equal(valid.column("kind"), "meter")).select([*METER_KEY, "ts", "count"])
+            return arrow_to_ge_frame(kept)
+    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, arrow_to_ge_frame(data),
+                          meters)
+
+
+@dataclass
+class SparkRoute:
+    """The route for one table's rows of a batch too large for the driver."""
+
+    spark: SparkSession
+    td: TableDef
+    lakehouse: str
+    ge: SuiteValidator
+    last_counts: LastCounts | None
+    silver_counts_before: Callable[[TableDef, list[str], int], Any]
+
+    def __post_init__(self) -> None:
+        self.compiled = CompiledExpectations(self.td.expectations)
+
+    def route(self, rows: DataFrame, batch_id: int, appender: BatchAppender) -> TableCheck:
+        td = self.td
+        ts = "ts" if "ts" in rows.columns else "end_ts"
+        head = rows.agg(F.unix_micros(F.min(ts)).alias("min_ts_us"), F.collect_set("run_id").alias("runs")).first()
+        assert head is not None
+        runs = sorted(r for r in head["runs"] if r is not None)
+        flagged = self.compiled.with_failure_flags(self._with_context(rows, runs, head["min_ts_us"])).persist()
+        try:
+            rows_in, rows_valid, counts = failure_counts(flagged, td.expectations)
+            outcome = self.ge.validate_dataframe(td, flagged.drop(*self.compiled.flags, VALID))
+            verified(td, batch_id, counts, outcome)
+            silver, quarantine = SILVER_TABLES[td.name], QUARANTINE_TABLES[td.name]
+            if rows_valid:
+                valid = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
+                appender.append(_few_files(valid, rows_valid), silver.path(self.lakehouse), batch_id)
+            die_here_if_asked(td.name, batch_id, "after_silver")
+            if rows_valid < rows_in:
+                rejected = (flagged.where(~F.col(VALID))
+                            .withColumn(FAILURES, self.compiled.failures)
+                            .withColumn("quarantined_at", F.col("ingested_at"))
+                            .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
+                            .select(*quarantine.arrow_schema.names))
+                appender.append(_few_files(rejected, rows_in - rows_valid), quarantine.path(self.lakehouse), batch_id)
+            die_here_if_asked(td.name, batch_id, "after_quarantine")
+            meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
+                      if self.last_counts is not None else None)
+        finally:
+            flagged.unpersist()
+        return TableCheck(td.name, rows_in, rows_valid, counts, outcome, runs,
+                          None if meters is None else (lambda: meters))
+
+    def _with_context(self, batch: DataFrame, runs: list[str], min_ts_us: int) -> DataFrame:
+        out, lake = batch, self.lakehouse
+        if "run_window" in self.td.context:
+            windows = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(runs))
+                       .select("run_id", "batch_id", "start_ts", "end_ts"))
+            out = with_run_window(out, windows)
+        if "topic" in self.td.context:
+            configs = (self.spark.read.format("delta").load(TOPIC_CONFIGS.path(lake))
+                       .where(F.col("run_id").isin(runs)).select("run_id", "topic", "partitions"))
+            out = with_topic(out, configs)
+        if "previous_count" in self.td.context:
+            last = self.last_counts
+            assert last is not None
+            if not last.loaded:
+                last.fold(self.silver_counts_before(self.td, runs, min_ts_us))
+                last.loaded = True
+            out = with_previous_count(out, last.history(self.spark, min_ts_us))
+        return out
+
+
+def _few_files(rows: DataFrame, count: int) -> DataFrame:
+    return rows.coalesce(1) if count <= SINGLE_FILE_MAX_ROWS else rows
+
+
+def empty_meter_counts() -> Any:
+    return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
