@@ -7,6 +7,7 @@ version for the app id and skips a write it already committed: a replayed micro-
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pyarrow as pa
@@ -42,11 +43,36 @@ def committed_version(td: TableDef, lakehouse: str, app_id: str) -> int:
 def write_once(td: TableDef, lakehouse: str, rows: pa.Table, app_id: str, version: int,
                mode: Literal["append", "overwrite"] = "append") -> bool:
     """Append (or overwrite) `rows` unless `app_id` already committed `version`; True when written."""
-    if committed_version(td, lakehouse, app_id) >= version:
-        return False
-    write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
-                        commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]))
-    return True
+    return AppVersions(app_id).write_once(td, lakehouse, rows, version, mode)
+
+
+@dataclass
+class AppVersions:
+    """`committed_version` and `write_once` for one app id, reading each table's version once.
+
+    Only the process that owns an app id (it holds the streaming query's id) writes with it, so after the
+    first look-up the driver knows the version without opening the table again: opening replays the log
+    since the last checkpoint, which a table overwritten every micro-batch makes long (up to
+    `maintain_every_batches` commits).
+    """
+
+    app_id: str
+    known: dict[str, int] = field(default_factory=dict)  # table path -> last version committed
+
+    def committed(self, td: TableDef, lakehouse: str) -> int:
+        path = td.path(lakehouse)
+        if path not in self.known:
+            self.known[path] = committed_version(td, lakehouse, self.app_id)
+        return self.known[path]
+
+    def write_once(self, td: TableDef, lakehouse: str, rows: pa.Table, version: int,
+                   mode: Literal["append", "overwrite"] = "append") -> bool:
+        if self.committed(td, lakehouse) >= version:
+            return False
+        write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
+                            commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, version)]))
+        self.known[td.path(lakehouse)] = version
+        return True
 
 
 def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:

@@ -17,6 +17,7 @@ by the dispatcher's recovery from gold.alert_events at the next start.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 import time
@@ -35,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from isrwatch.alert_config import load_alert_config
-from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
+from isrwatch.delta_io import AppVersions, ensure_table, read_rows
 from isrwatch.settings import PipelineSettings, SettingsError
 from isrwatch.webhook import WebhookDispatcher
 from jobs.delta_tables import wait_for_tables
@@ -135,10 +136,15 @@ class AlertEvaluator:
     def app_id(self) -> str:
         return f"isrwatch-alerts/{self.query_id}"
 
+    @functools.cached_property
+    def versions(self) -> AppVersions:
+        return AppVersions(self.app_id)  # first used once the query runs, when its id is known
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse
         wait_started(self, "alerts")
-        if committed_version(ALERTS_STATE, lake, self.app_id) >= batch_id:
+        versions = self.versions
+        if versions.committed(ALERTS_STATE, lake) >= batch_id:
             return  # fully applied before a restart; the engine state loaded at start includes it
         began = time.monotonic()
         evaluated_at = datetime.now(UTC)
@@ -152,14 +158,14 @@ class AlertEvaluator:
                 frames[source.name] = source.shape(part.drop(columns="_source"))
         transitions = self.engine.step(frames)
         events = event_rows(transitions, batch_id, evaluated_at)
-        write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
-                   self.app_id, batch_id)
+        versions.write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
+                            batch_id)
         die_here_if_asked("alerts", batch_id, "after_events")
-        write_once(ALERTS, lake, pa.Table.from_pylist(alert_rows(self.engine, batch_id), schema=ALERTS.arrow_schema),
-                   self.app_id, batch_id, mode="overwrite")
+        versions.write_once(ALERTS, lake, pa.Table.from_pylist(alert_rows(self.engine, batch_id),
+                                                               schema=ALERTS.arrow_schema), batch_id, mode="overwrite")
         state = [{**r, "batch_id": batch_id} for r in self.engine.state.to_rows()]
-        write_once(ALERTS_STATE, lake, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema),
-                   self.app_id, batch_id, mode="overwrite")
+        versions.write_once(ALERTS_STATE, lake, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema),
+                            batch_id, mode="overwrite")
         die_here_if_asked("alerts", batch_id, "after_state")
         if self.dispatcher is not None:
             self.dispatcher.submit(events)

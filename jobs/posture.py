@@ -14,6 +14,7 @@ snapshot depends only on silver, so a batch replayed after a crash rewrites noth
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from isrwatch.delta_io import committed_version, ensure_table, read_rows, write_once
+from isrwatch.delta_io import AppVersions, ensure_table, read_rows
 from isrwatch.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import add_common_args, load_job_settings, run_job, start_query, union_stream, wait_started
@@ -65,6 +66,10 @@ class PostureEvaluator:
     def app_id(self) -> str:
         return f"isrwatch-posture/{self.query_id}"
 
+    @functools.cached_property
+    def versions(self) -> AppVersions:
+        return AppVersions(self.app_id)  # first used once the query runs, when its id is known
+
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse
         wait_started(self, "posture")
@@ -83,16 +88,16 @@ class PostureEvaluator:
             if self.brokers.get(str(cluster)) != brokers:
                 self.brokers[str(cluster)] = brokers
                 changed[str(cluster)] = max(changed.get(str(cluster), group["ts"].iloc[-1]), group["ts"].iloc[-1])
-        if not changed or committed_version(POSTURE, lake, self.app_id) >= batch_id:
+        if not changed or self.versions.committed(POSTURE, lake) >= batch_id:
             return
         snapshot = self._snapshot(changed, batch_id)
-        write_once(POSTURE_HISTORY, lake, pa.Table.from_pandas(snapshot, schema=POSTURE_HISTORY.arrow_schema,
-                                                               preserve_index=False), self.app_id, batch_id)
+        self.versions.write_once(POSTURE_HISTORY, lake, pa.Table.from_pandas(
+            snapshot, schema=POSTURE_HISTORY.arrow_schema, preserve_index=False), batch_id)
         current = read_rows(POSTURE, lake).to_pandas()
         current = current[~current["cluster"].isin(list(changed))]
         merged = pd.concat([current, snapshot], ignore_index=True).sort_values(["cluster", "topic"])
-        write_once(POSTURE, lake, pa.Table.from_pandas(merged, schema=POSTURE.arrow_schema, preserve_index=False),
-                   self.app_id, batch_id, mode="overwrite")
+        self.versions.write_once(POSTURE, lake, pa.Table.from_pandas(merged, schema=POSTURE.arrow_schema,
+                                                                     preserve_index=False), batch_id, mode="overwrite")
         s = self.stats
         s.batch_id, s.snapshots = batch_id, s.snapshots + len(changed)
         s.topics, s.findings = len(merged), int(merged["finding_count"].sum())

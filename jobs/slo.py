@@ -15,6 +15,7 @@ replayed after a crash neither double-counts nor duplicates.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 from collections.abc import Sequence
@@ -30,7 +31,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from isrwatch.delta_io import committed_version, ensure_table, write_once
+from isrwatch.delta_io import AppVersions, ensure_table
 from isrwatch.settings import PipelineSettings, SettingsError
 from isrwatch.slo_config import load_slos
 from jobs.delta_tables import wait_for_tables
@@ -88,10 +89,14 @@ class SloEvaluator:
     def app_id(self) -> str:
         return f"isrwatch-slo/{self.query_id}"
 
+    @functools.cached_property
+    def versions(self) -> AppVersions:
+        return AppVersions(self.app_id)  # first used once the query runs, when its id is known
+
     def restore(self, spark: SparkSession) -> None:
         """Rebuild the rolling windows from the timeslices of batches whose status was committed."""
         self.restored = True
-        done = committed_version(SLO_STATUS, self.settings.lakehouse, self.app_id)
+        done = self.versions.committed(SLO_STATUS, self.settings.lakehouse)
         if done < 0:
             return
         longest = max(max(s.window_ms for s in self.slos), max(BURN_WINDOWS.values()))
@@ -109,7 +114,7 @@ class SloEvaluator:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse
         wait_started(self, "slo")
-        if committed_version(SLO_STATUS, lake, self.app_id) >= batch_id:
+        if self.versions.committed(SLO_STATUS, lake) >= batch_id:
             return  # applied before a restart; restore() counts its timeslices
         if not self.restored:  # the app id (query id) is known only once the query runs
             self.restore(batch.sparkSession)
@@ -135,7 +140,7 @@ class SloEvaluator:
             frame = pd.concat(frames, ignore_index=True)
             frame["ts"] = pd.to_datetime(frame["ts"].astype("int64"), unit="ms", utc=True)
             table = pa.Table.from_pandas(frame[td.arrow_schema.names], schema=td.arrow_schema, preserve_index=False)
-        write_once(td, self.settings.lakehouse, table, self.app_id, batch_id)
+        self.versions.write_once(td, self.settings.lakehouse, table, batch_id)
 
 
 def start_slo(spark: SparkSession, settings: PipelineSettings, slos: tuple[Slo, ...] | None = None,

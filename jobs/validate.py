@@ -138,7 +138,7 @@ class UnionValidator:
             checks = self._on_driver(batch, batch_id) if engine == "pandas" else self._in_spark(batch, batch_id)
         finally:
             batch.unpersist()
-        self._record(checks, batch, batch_id, began)
+        self._record(checks, batch_id, began)
 
     def _on_driver(self, batch: DataFrame, batch_id: int) -> list[tuple[TableCheck, int]]:
         """The batch collected once through Arrow and routed per table on the driver: no other Spark job.
@@ -173,7 +173,7 @@ class UnionValidator:
             checks.append((check, present[td.name]))
         return checks
 
-    def _record(self, checks: list[tuple[TableCheck, int]], batch: DataFrame, batch_id: int, began: float) -> None:
+    def _record(self, checks: list[tuple[TableCheck, int]], batch_id: int, began: float) -> None:
         """One silver.dq_runs commit for the whole batch, then the driver's meter counts and the stats."""
         duration_ms = int((time.monotonic() - began) * 1000)
         dq = pa.Table.from_pylist([{
@@ -271,9 +271,9 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                      log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningValidation:
     """Check schemas, then start the streaming query over every configured bronze table."""
     v = settings.validate_
-    tables = sorted((BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)),
-                    key=lambda td: (td.name not in REFERENCE_TABLES, REFERENCE_TABLES.index(td.name)
-                                    if td.name in REFERENCE_TABLES else 0, v.tables.index(td.name)))
+    # Reference tables first (a stable sort keeps the configured order otherwise).
+    configured = [BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)]
+    tables = sorted(configured, key=lambda td: td.name not in REFERENCE_TABLES)
     wait_for_tables(spark, {td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
     refs = {td.name: td for td in tables}
     for td in tables:

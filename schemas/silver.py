@@ -72,7 +72,7 @@ _schema, _docs = columns(
     ("ge_successful_expectations", pa.int32(), False, "expectations that passed"),
     ("ge_engine", pa.string(), False, "execution engine GE validated with: 'pandas' or 'spark'"),
     ("runs", pa.list_(pa.string()), False, "emulator runs (run_id) the batch's rows belong to"),
-    ("batch_duration_ms", pa.int64(), False, "wall time the validation of this batch took"),
+    ("batch_duration_ms", pa.int64(), False, "wall time validating the micro-batch took (all its tables together)"),
 )
 DQ_RUNS = TableDef(
     "silver", "dq_runs", _schema, ("table_name", "validate_batch_id"),
