@@ -144,3 +144,27 @@ def test_schema_drift_fails_naming_table_and_column_and_writes_nothing(spark: An
     import os
 
     assert not os.path.exists(f"{lakehouse}/silver") and not os.path.exists(f"{lakehouse}/_checkpoints")
+
+
+def test_one_query_validates_every_table_with_one_dq_commit_per_micro_batch(spark: Any, lakehouse: str) -> None:
+    emulate(lakehouse, duration="6s", flush_every_intervals=2, faults=[])  # 3 bronze commits per table
+
+    validate(spark, lakehouse, **{"validate.max_files_per_trigger": 1})
+
+    dq = DeltaTable(DQ_RUNS.path(lakehouse)).to_pyarrow_table().to_pylist()
+    batches = sorted({d["validate_batch_id"] for d in dq})
+    files = {name: DeltaTable(f"{lakehouse}/bronze/{name}").get_add_actions().num_rows for name in TABLES}
+    # One file per table and trigger: as many micro-batches as the table with the most files has, and the
+    # first one validates a file of every table.
+    assert batches == list(range(max(files.values()))) and min(files.values()) >= 1
+    assert sorted(d["table_name"] for d in dq if d["validate_batch_id"] == 0) == sorted(TABLES)
+    for name, n in files.items():
+        assert sum(d["table_name"] == name for d in dq) == n, name
+    history = DeltaTable(DQ_RUNS.path(lakehouse)).history()
+    markers = [h.get("userMetadata") for h in history if h.get("operation") == "WRITE" and h.get("userMetadata")]
+    assert len(markers) == len(batches) and all(m.startswith("isrwatch-validate/dq_runs/") for m in markers)
+    # Every table's silver holds each of its bronze rows once.
+    for name in TABLES:
+        bronze = next(td for td in BRONZE_TABLES if td.name == name)
+        assert sorted(key_of(bronze, r) for r in rows(SILVER_TABLES[name], lakehouse)) == \
+            sorted(key_of(bronze, r) for r in rows(bronze, lakehouse)), name
