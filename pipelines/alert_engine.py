@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import string
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
@@ -110,8 +111,25 @@ def fingerprint(rule: str, labels: dict[str, str]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _named_columns(frame: pd.DataFrame, expression: str) -> list[str]:
+    """The columns of `frame` an expression names (in frame order)."""
+    names = set(_NAME.findall(expression))
+    return [c for c in frame.columns if c in names]
+
+
 def to_ms(ts: Any) -> int:
     return int(pd.Timestamp(ts).value // 1_000_000)
+
+
+def ms_of(ts: pd.Series) -> pd.Series:
+    """`to_ms` over a column: datetime columns at once (`.values` holds UTC, naive counts as UTC), anything
+    else row by row."""
+    if pd.api.types.is_datetime64_any_dtype(ts.dtype):
+        return pd.Series(np.asarray(ts.values, "datetime64[ns]").view("int64") // 1_000_000, index=ts.index)
+    return ts.map(to_ms)
 
 
 class _Values(dict[str, Any]):
@@ -167,7 +185,7 @@ class AlertEngine:
         keys = ["run_id", "ts", *rule.entity_keys]
         if frame is not None and len(frame):
             missing = [c for c in SOURCES[rule.source].columns if c not in frame.columns]
-            frame = frame.assign(ts=frame["ts"].map(to_ms), **dict.fromkeys(missing, np.nan))
+            frame = frame.assign(ts=ms_of(frame["ts"]), **dict.fromkeys(missing, np.nan))
             if rule.scope != SOURCES[rule.source].grain:  # a coarser scope: aggregate over its entities
                 entity = ("topic", "partition", "broker_id", "slo")
                 numeric = [c for c in frame.columns if c not in keys and c not in entity]
@@ -177,10 +195,12 @@ class AlertEngine:
         if frame is None or not len(frame):
             return None
         frame = frame.reset_index(drop=True)
-        cond = frame.eval(rule.when, engine="python")
+        # eval() builds a resolver (a Series) for every column of the frame it runs on; broker_metrics has a
+        # column per metric, so the expressions run on the columns they name.
+        cond = frame[_named_columns(frame, rule.when)].eval(rule.when, engine="python")
         frame["_cond"] = np.asarray(cond, dtype=bool) if not isinstance(cond, bool) else cond
-        frame["_value"] = (frame.eval(rule.value, engine="python").astype("float64") if rule.value
-                           else frame["_cond"].astype("float64"))
+        frame["_value"] = (frame[_named_columns(frame, rule.value)].eval(rule.value, engine="python")
+                           .astype("float64") if rule.value else frame["_cond"].astype("float64"))
         return frame
 
     def _windowed(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
