@@ -33,6 +33,8 @@ import pandas as pd
 import yaml
 from deltalake import DeltaTable
 
+from bench.delta_log import new_commit_stats
+
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ["broker_metrics", "partition_state", "cluster_events", "ack_ledger", "topic_configs", "runs"]
 
@@ -156,30 +158,14 @@ def _commit_times(lake: str, layer: str, stop: threading.Event, seen: list[tuple
     versions: dict[str, int] = {}
     while not stop.is_set():
         for name in ("partition_state", "broker_metrics", "ack_ledger", "cluster_events"):
-            log = Path(lake) / layer / name / "_delta_log"
-            try:
-                found = sorted(int(e.name[:-5]) for e in os.scandir(log) if e.name.endswith(".json")
-                               and e.name[:-5].isdigit())
-            except FileNotFoundError:
-                continue
+            commits = new_commit_stats(f"{lake}/{layer}/{name}", versions.get(name, -1))
             now = time.monotonic()
-            for version in (v for v in found if v > versions.get(name, -1)):
-                newest = _max_ts_of_commit(log / f"{version:020d}.json")
-                if newest is not None:
-                    seen.append((now, newest))
+            for version, files in commits:
+                highs = [_utc(ts) for f in files if (ts := f.get("maxValues", {}).get("ts")) is not None]
+                if highs:
+                    seen.append((now, max(highs)))
                 versions[name] = version
         time.sleep(0.02)
-
-
-def _max_ts_of_commit(path: Path) -> pd.Timestamp | None:
-    newest = None
-    for line in path.read_text().splitlines():
-        add = json.loads(line).get("add")
-        stats = json.loads(add["stats"]) if add and add.get("stats") else {}
-        ts = stats.get("maxValues", {}).get("ts")
-        if ts is not None and (newest is None or _utc(ts) > newest):
-            newest = _utc(ts)
-    return newest
 
 
 def _emulate(lake: str, *args: str) -> subprocess.Popen[bytes]:

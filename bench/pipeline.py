@@ -18,7 +18,6 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -36,6 +35,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
+from bench.delta_log import new_commit_stats
 from broker_emulator.delta_checksum import write_with_checksum
 from schemas.bronze import BROKER_METRICS, RUNS
 
@@ -131,23 +131,14 @@ class CommitPoller:
     def _look(self, name: str, path: str) -> None:
         """A directory listing, and only a new commit's own JSON read (its files' `maxValues.batch_id`):
         the poller shares the driver's interpreter with the queries it measures."""
-        log = os.path.join(path, "_delta_log")
-        try:
-            found = sorted(int(e.name[:-5]) for e in os.scandir(log) if e.name.endswith(".json")
-                           and e.name[:-5].isdigit())
-        except FileNotFoundError:  # not created yet
-            return
+        commits = new_commit_stats(path, self.versions.get(name, -1))
         now = time.monotonic()
-        for version in (v for v in found if v > self.versions.get(name, -1)):
+        for version, files in commits:
             self.versions[name] = version
-            with open(os.path.join(log, f"{version:020d}.json")) as commit:
-                for line in commit:
-                    add = json.loads(line).get("add")
-                    hi = json.loads(add["stats"]).get("maxValues", {}).get("batch_id") if add and add.get(
-                        "stats") else None
-                    if hi is not None:
-                        for b in range(0, int(hi) + 1):
-                            self.seen[name].setdefault(b, now)
+            for hi in (f.get("maxValues", {}).get("batch_id") for f in files):
+                if hi is not None:
+                    for b in range(0, int(hi) + 1):
+                        self.seen[name].setdefault(b, now)
 
     def delays(self, source: str, sink: str) -> tuple[list[float], float]:
         """Steady-state delays (emulator batches committed after the sink's first commit) and the warm-up:

@@ -30,6 +30,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -51,10 +52,9 @@ from jobs.validate_routes import (
     SparkRoute,
     TableCheck,
     die_here_if_asked,
-    empty_meter_counts,
     route_on_driver,
 )
-from pipelines.context import LastCounts, newest_meter_counts
+from pipelines.context import METER_KEY, LastCounts, newest_meter_counts
 from pipelines.driver_context import RunWindows, TopicPartitions
 from pipelines.great_expectations_check import SuiteValidator
 from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
@@ -112,8 +112,7 @@ class UnionValidator:
                                      TopicPartitions(self._reference_loader(TOPIC_CONFIGS, ("run_id", "topic",
                                                                                            "partitions"))),
                                      self.last_counts, self._silver_counts_before)
-        self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge,
-                                                 self.last_counts.get(td.name), self._silver_counts_before)
+        self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
                              for td in self.tables}
         self.table_stats = {td.name: BatchStats() for td in self.tables}
         self.appenders: dict[str, BatchAppender] = {}
@@ -212,7 +211,7 @@ class UnionValidator:
     def _silver_counts_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
         silver_path = SILVER_TABLES[td.name].path(self.settings.lakehouse)
         if not is_delta_table(self.spark, silver_path):
-            return empty_meter_counts()
+            return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
         since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
         rows = (self.spark.read.format("delta").load(silver_path)  # ts compared directly: file skipping

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
@@ -89,6 +88,15 @@ class DriverContext:
     last_counts: dict[str, LastCounts]  # bronze table -> its meters' latest counts
     silver_counts_before: Callable[[TableDef, list[str], int], Any]  # first batch after a start
 
+    def meter_counts(self, td: TableDef, runs: list[str], min_ts_us: int) -> LastCounts:
+        """The table's known meter counts, loaded from silver (what it holds before the batch) on the first
+        batch after a start, so a replayed batch compares with exactly what silver held."""
+        last = self.last_counts[td.name]
+        if not last.loaded:
+            last.fold(self.silver_counts_before(td, runs, min_ts_us))
+            last.loaded = True
+        return last
+
 
 @dataclass(frozen=True)
 class RoutedOnDriver:
@@ -124,14 +132,9 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
         data = ctx.run_windows.add_columns(data)
     if "topic" in td.context:
         data = ctx.topics.add_columns(data)
-    last = ctx.last_counts.get(td.name)
     if "previous_count" in td.context:
-        assert last is not None
         min_ts_us = pc.cast(pc.min(rows.column("ts")), pa.int64()).as_py()
-        if not last.loaded:  # the first batch after a start: what silver holds before it
-            last.fold(ctx.silver_counts_before(td, runs, min_ts_us))
-            last.loaded = True
-        data = with_previous_count_on_driver(data, last, min_ts_us)
+        data = with_previous_count_on_driver(data, ctx.meter_counts(td, runs, min_ts_us), min_ts_us)
     verdict = evaluate(data, td.expectations)
     rows_in, rows_valid = data.num_rows, int(verdict.valid.sum())
     valid_mask = pa.array(verdict.valid)
@@ -153,7 +156,7 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
                              quarantine.path(lakehouse), batch_id)
     die_here_if_asked(td.name, batch_id, "after_quarantine")
     meters = None
-    if last is not None:
+    if td.name in ctx.last_counts:
         def meters() -> Any:
             valid = data.filter(valid_mask)
             kept = valid.filter(pc.equal(valid.column("kind"), "meter")).select([*METER_KEY, "ts", "count"])
@@ -170,8 +173,7 @@ class SparkRoute:
     td: TableDef
     lakehouse: str
     ge: SuiteValidator
-    last_counts: LastCounts | None
-    silver_counts_before: Callable[[TableDef, list[str], int], Any]
+    ctx: DriverContext  # only its meter counts: the reference tables are joined in Spark
 
     def __post_init__(self) -> None:
         self.compiled = CompiledExpectations(self.td.expectations)
@@ -201,7 +203,7 @@ class SparkRoute:
                 appender.append(_few_files(rejected, rows_in - rows_valid), quarantine.path(self.lakehouse), batch_id)
             die_here_if_asked(td.name, batch_id, "after_quarantine")
             meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
-                      if self.last_counts is not None else None)
+                      if td.name in self.ctx.last_counts else None)
         finally:
             flagged.unpersist()
         return TableCheck(td.name, rows_in, rows_valid, counts, outcome, runs,
@@ -218,18 +220,10 @@ class SparkRoute:
                        .where(F.col("run_id").isin(runs)).select("run_id", "topic", "partitions"))
             out = with_topic(out, configs)
         if "previous_count" in self.td.context:
-            last = self.last_counts
-            assert last is not None
-            if not last.loaded:
-                last.fold(self.silver_counts_before(self.td, runs, min_ts_us))
-                last.loaded = True
+            last = self.ctx.meter_counts(self.td, runs, min_ts_us)
             out = with_previous_count(out, last.history(self.spark, min_ts_us))
         return out
 
 
 def _few_files(rows: DataFrame, count: int) -> DataFrame:
     return rows.coalesce(1) if count <= SINGLE_FILE_MAX_ROWS else rows
-
-
-def empty_meter_counts() -> Any:
-    return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
