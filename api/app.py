@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from api import routes_alerts, routes_health, routes_query, routes_silences, routes_slos, routes_topics
 from api.errors import install_handlers
 from api.lakehouse import LakehouseReader
-from api.response_cache import ResponseCache
+from api.response_cache import ResponseCache, ResponseCacheMiddleware
 from isrwatch.settings import PipelineSettings
 from isrwatch.silence_store import SilenceStore
 from isrwatch.slo_config import load_slos
@@ -31,6 +31,7 @@ def create_app(settings: PipelineSettings) -> FastAPI:
     app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh_seconds)
     app.state.slos = load_slos(settings.slo.specs)
     app.state.responses = ResponseCache()
+    app.add_middleware(ResponseCacheMiddleware)
     install_handlers(app)
     from api import dashboard_routes  # after the API routes: the dashboards own `/`
 

@@ -30,14 +30,24 @@ async def current_settings(request: Request) -> ApiSettings:
     return get_settings(request)
 
 
+def _bearer_matches(authorization: str, token: str) -> bool:
+    scheme, _, given = authorization.partition(" ")
+    # Constant-time comparison: the token must not leak through response timing.
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
 def _check_token(request: Request, token: str | None) -> None:
     if token is None:
         raise ApiError(503, "mutations are disabled: set ISRWATCH_API_TOKEN to enable them")
-    header = request.headers.get("authorization", "")
-    scheme, _, given = header.partition(" ")
-    # Constant-time comparison: the token must not leak through response timing.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), token.encode()):
+    if not _bearer_matches(request.headers.get("authorization", ""), token):
         raise ApiError(401, "missing or wrong bearer token", headers={"WWW-Authenticate": "Bearer"})
+
+
+def read_allowed(authorization: str, settings: ApiSettings) -> bool:
+    """Whether a request with this Authorization header may read (what `require_read` lets through)."""
+    if not settings.read_auth:
+        return True
+    return settings.token is not None and _bearer_matches(authorization, settings.token)
 
 
 async def require_write(request: Request) -> None:

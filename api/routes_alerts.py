@@ -87,11 +87,11 @@ async def list_alerts(
         nxt = offset + limit if offset + limit < len(matched) else None
         return {"items": page, "total": len(matched), "limit": limit, "offset": offset, "next_offset": nxt}
 
-    # The answer depends only on gold.alerts' version, the filters and which silences are active now.
-    key = ("alerts", reader.version_or_none("gold.alerts"), state, severity, rule, cluster, topic, broker, since_s,
-           until_s, limit, offset, _active_silences(store))
+    # The answer depends only on the filters, gold.alerts' version and which silences are active now.
+    key = ("alerts", state, severity, rule, cluster, topic, broker, since_s, until_s, limit, offset)
     cache: ResponseCache = request.app.state.responses
-    return await cache.respond(key, compute)  # type: ignore[return-value]
+    return await cache.respond(request, key, lambda: (reader.version_or_none("gold.alerts"), _active_silences(store)),
+                               compute)  # type: ignore[return-value]
 
 
 @router.get("/alerts/{fingerprint}", summary="One alert with its transition history and deliveries")

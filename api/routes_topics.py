@@ -70,9 +70,9 @@ def list_topics(reader: Annotated[LakehouseReader, Depends(get_reader)], cluster
 async def get_topic(request: Request, reader: Annotated[LakehouseReader, Depends(get_reader)],
                     topic: Annotated[str, Path(max_length=249)], cluster: ClusterQuery = None) -> dict[str, Any]:
     # The answer depends only on these tables' versions: repeated requests reuse the encoded body.
-    versions = tuple(reader.version_or_none(t) for t in TOPIC_TABLES)
     cache: ResponseCache = request.app.state.responses
-    return await cache.respond(("topic", topic, cluster, versions),  # type: ignore[return-value]
+    return await cache.respond(request, ("topic", topic, cluster),  # type: ignore[return-value]
+                               lambda: tuple(reader.version_or_none(t) for t in TOPIC_TABLES),
                                lambda: _topic(reader, topic, cluster))
 
 

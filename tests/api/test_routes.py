@@ -306,3 +306,43 @@ def test_answers_follow_a_new_table_version(lake_copy: str) -> None:
         assert after["total"] == before["total"] + 1
         assert "ffffffffffffffff" in {a["fingerprint"] for a in after["items"]}
         assert c.get("/api/v1/alerts/ffffffffffffffff").json()["status"] == "firing"
+
+
+def test_a_repeated_request_is_answered_before_fastapi_until_its_basis_changes(lake_copy: str) -> None:
+    """The response-cache middleware answers a URL it has seen with the same bytes, and stops the moment a
+    silence or a table version changes what the answer was computed from."""
+    with TestClient(create_app(api_settings(lake_copy, refresh_seconds=0))) as c:
+        cache = c.app.state.responses   # type: ignore[attr-defined]
+        url = "/api/v1/alerts?limit=1000"
+        first = c.get(url)
+        assert first.status_code == 200 and cache.url_hits == 0
+        again = c.get(url)
+        assert again.content == first.content and again.headers["content-type"] == "application/json"
+        assert int(again.headers["content-length"]) == len(first.content) and cache.url_hits == 1
+        assert c.get("/api/v1/alerts?limit=999").status_code == 200 and cache.url_hits == 1   # another URL
+        # A silence changes the answer at once.
+        body = {"matchers": [{"name": "topic", "value": "orders"}], "createdBy": "ops", "comment": "maintenance",
+                "endsAt": (datetime.now(UTC) + timedelta(hours=1)).isoformat()}
+        sid = c.post("/api/v1/silences", json=body, headers=AUTH).json()["silenceID"]
+        silenced = c.get(url).json()["items"]
+        assert cache.url_hits == 1
+        assert any(a["silenced_by"] == [sid] for a in silenced)
+        assert c.get(url).json()["items"] == silenced and cache.url_hits == 2
+        # So does a new version of gold.alerts.
+        rows = DeltaTable(f"{lake_copy}/gold/alerts").to_pyarrow_table()
+        extra = rows.slice(0, 1).to_pylist()[0] | {"fingerprint": "eeeeeeeeeeeeeeee", "status": "firing"}
+        write_deltalake(f"{lake_copy}/gold/alerts", pa.Table.from_pylist([extra], schema=rows.schema), mode="append")
+        after = c.get(url).json()
+        assert cache.url_hits == 2 and "eeeeeeeeeeeeeeee" in {a["fingerprint"] for a in after["items"]}
+
+
+def test_a_cached_answer_still_needs_the_read_token(api_lake: str) -> None:
+    with TestClient(create_app(api_settings(api_lake, read_auth=True))) as c:
+        cache = c.app.state.responses   # type: ignore[attr-defined]
+        topic = c.get("/api/v1/topics", headers=AUTH).json()["items"][0]["topic"]
+        for url in ("/api/v1/alerts?state=firing", f"/api/v1/topics/{topic}"):
+            assert c.get(url, headers=AUTH).status_code == 200
+            assert c.get(url, headers=AUTH).status_code == 200
+            assert c.get(url).status_code == 401
+            assert c.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert cache.url_hits == 2
