@@ -12,28 +12,32 @@ Every page takes `cluster` (default: the one with the latest data) and `window_m
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 
 from api.deps import current_settings, get_reader, require_read
 from api.lakehouse import LakehouseReader
-from dashboards.html import ServedLinks, plotly_js_path
+from dashboards.html import ServedLinks, failed_body, plotly_js_path
 from dashboards.pages import (
     TOPIC_PREFIX,
     DashboardParams,
     UnknownPage,
     UnknownTopic,
+    page_parts,
     page_payload,
     render_index,
-    render_page,
 )
 from dashboards.scope import DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES
 from isrwatch.settings import ApiSettings
 
 # With api.read_auth on, the pages need the bearer token too (they embed the same data as the API): put
 # them behind a proxy that adds the Authorization header.
+log = logging.getLogger(__name__)
 router = APIRouter(tags=["dashboards"], dependencies=[Depends(require_read)])
 
 # plotly.js only changes with the plotly package, and its URL carries the version: cache it for a year.
@@ -62,13 +66,26 @@ def _links(request: Request, params: DashboardParams) -> ServedLinks:
     return ServedLinks(base=request.scope.get("root_path", "").rstrip("/"), query=params.query())
 
 
-def _html(request: Request, reader: LakehouseReader, settings: ApiSettings, page: str, params: DashboardParams,
-          refresh_seconds: float | None) -> HTMLResponse:
+async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings, page: str,
+                params: DashboardParams, refresh_seconds: float | None) -> StreamingResponse:
+    """The page's head at once, then the rest when its figures are computed: a browser opening the page fetches
+    and compiles plotly.js meanwhile instead of after."""
     refresh = settings.dashboard_refresh_seconds if refresh_seconds is None else refresh_seconds
     try:
-        return HTMLResponse(render_page(reader, page, params, links=_links(request, params), refresh_seconds=refresh))
+        head, rest = await run_in_threadpool(page_parts, reader, page, params, links=_links(request, params),
+                                             refresh_seconds=refresh)
     except (UnknownPage, UnknownTopic) as e:
         raise HTTPException(404, str(e)) from None
+
+    async def parts() -> AsyncIterator[str]:
+        yield head
+        try:
+            yield await run_in_threadpool(rest)
+        except Exception as e:  # the status line is sent: end the page with the error instead of a cut-off page
+            log.exception("dashboard page %s failed", page)
+            yield failed_body(f"{type(e).__name__}: {e}")
+
+    return StreamingResponse(parts(), media_type="text/html; charset=utf-8")
 
 
 def _figures(reader: LakehouseReader, page: str, params: DashboardParams, since: str | None) -> JSONResponse:
@@ -86,18 +103,18 @@ def index(request: Request, reader: ReaderDep, cluster: ClusterQuery = None,
 
 
 @router.get("/dashboards/topics/{topic}", response_class=HTMLResponse, summary="One topic's dashboard")
-def topic_page(request: Request, reader: ReaderDep, settings: SettingsDep, topic: TopicName,
-               cluster: ClusterQuery = None, window_minutes: WindowQuery = None,
-               refresh_seconds: RefreshQuery = None) -> HTMLResponse:
-    return _html(request, reader, settings, f"{TOPIC_PREFIX}{topic}", _params(cluster, window_minutes),
-                 refresh_seconds)
+async def topic_page(request: Request, reader: ReaderDep, settings: SettingsDep, topic: TopicName,
+                     cluster: ClusterQuery = None, window_minutes: WindowQuery = None,
+                     refresh_seconds: RefreshQuery = None) -> StreamingResponse:
+    return await _html(request, reader, settings, f"{TOPIC_PREFIX}{topic}", _params(cluster, window_minutes),
+                       refresh_seconds)
 
 
 @router.get("/dashboards/{page}", response_class=HTMLResponse, summary="A dashboard page")
-def dashboard_page(request: Request, reader: ReaderDep, settings: SettingsDep, page: PageName,
-                   cluster: ClusterQuery = None, window_minutes: WindowQuery = None,
-                   refresh_seconds: RefreshQuery = None) -> HTMLResponse:
-    return _html(request, reader, settings, page, _params(cluster, window_minutes), refresh_seconds)
+async def dashboard_page(request: Request, reader: ReaderDep, settings: SettingsDep, page: PageName,
+                         cluster: ClusterQuery = None, window_minutes: WindowQuery = None,
+                         refresh_seconds: RefreshQuery = None) -> StreamingResponse:
+    return await _html(request, reader, settings, page, _params(cluster, window_minutes), refresh_seconds)
 
 
 @router.get("/api/v1/dashboards/topics/{topic}/figures", summary="A topic dashboard's figures")

@@ -263,7 +263,8 @@ def topic_offsets(reader: LakehouseReader, scope: Scope, topic: str,
     table = table.filter(pc.is_in(table["ts"], last))
     replicas = _per_replica(table.drop_columns(["replica_leos"]))
     frame = replicas.append_column("log_end_offset", pc.list_flatten(table["replica_leos"])).to_pandas()
-    spread = frame.groupby(["ts", "partition"])["log_end_offset"].agg(lambda s: s.max() - s.min())
+    leos = frame.groupby(["ts", "partition"])["log_end_offset"]
+    spread = leos.max() - leos.min()
     widest = spread.groupby("partition").max().reset_index().sort_values(
         ["log_end_offset", "partition"], ascending=[False, True]).head(max_partitions)["partition"]
     frame = frame[frame["partition"].isin(widest)].assign(ts=lambda f: f["ts"].dt.floor(f"{scope.bucket_seconds}s"))

@@ -36,10 +36,11 @@ from dashboards.html import (
     PlotDiv,
     ServedLinks,
     controls_form,
-    render_document,
+    document_body,
+    document_head,
 )
 from dashboards.posture_figures import findings_figure, posture_table_figure
-from dashboards.scope import PARTITION_STATE, Scope, resolve_scope
+from dashboards.scope import PARTITION_STATE, Scope, check_window_minutes, resolve_scope
 from dashboards.slo_figures import burn_rate_figure, error_budget_figure, slo_table_figure
 from dashboards.style import NO_DATA
 
@@ -188,14 +189,20 @@ class _Resolved:
     payload: dict[str, Any]
 
 
-def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, since: str | None) -> _Resolved:
+def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, since: str | None, *,
+             topic_checked: bool = False) -> _Resolved:
     page, topic = resolve_page(path)
     token = version_token(reader, page)
     scope = resolve_scope(reader, params.cluster or None, params.window_minutes)
-    if topic is not None and topic not in data.topic_names(reader, scope):
-        raise UnknownTopic(f"unknown topic '{topic}'")
+    if topic is not None and not topic_checked:
+        _check_topic(reader, topic, scope)
     figures = {} if since == token else _built_figures(reader, page, topic, scope, token)
     return _Resolved(page, topic, scope, {"version": token, "scope": _scope_json(scope), "figures": figures})
+
+
+def _check_topic(reader: LakehouseReader, topic: str, scope: Scope) -> None:
+    if topic not in data.topic_names(reader, scope):
+        raise UnknownTopic(f"unknown topic '{topic}'")
 
 
 _BUILT: Lru[dict[str, Any]] = Lru(64)
@@ -238,21 +245,40 @@ def render_page(reader: LakehouseReader, page: str, params: DashboardParams | No
                 links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS) -> str:
     """The HTML of a page. Served (default links) it polls its figures every `refresh_seconds` (0: never);
     with `StaticLinks` it is a standalone file. Raises like `page_payload`."""
+    head, rest = page_parts(reader, page, params, links=links, refresh_seconds=refresh_seconds)
+    return head + rest()
+
+
+def page_parts(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
+               links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS
+               ) -> tuple[str, Callable[[], str]]:
+    """A page as its head, which needs no figures (so a server can send it at once), and a function computing
+    the rest. What would make the page a 404 (an unknown page or topic, a bad window) raises here, before
+    anything is sent."""
     if refresh_seconds < 0:
         raise ValueError(f"refresh_seconds must be >= 0, got {refresh_seconds}")
     params = params or DashboardParams()
     links = links or ServedLinks(query=params.query())
-    r = _resolve(reader, page, params, since=None)
-    figures_url = links.figures(page) if r.payload["figures"] and refresh_seconds > 0 else None
-    figures = [PlotDiv(fid, int(fig["layout"].get("height", 450))) for fid, fig in r.payload["figures"].items()]
-    served = isinstance(links, ServedLinks)
-    heading = f"Topic {r.topic}" if r.topic is not None else r.page.title
-    return render_document(
-        title=heading, heading=heading, lead=r.page.description, nav=_nav(links, r.page.slug),
-        scope_text=_scope_text(r.scope), status_text=_status_text(served, figures_url, refresh_seconds),
-        controls=controls_form(params.cluster, r.scope.window_minutes) if served else "",
-        body=r.page.body(reader, r.scope, links) if r.page.body else "", figures=figures, payload=r.payload,
-        links=links, figures_url=figures_url, refresh_seconds=refresh_seconds)
+    found, topic = resolve_page(page)
+    if topic is not None:
+        _check_topic(reader, topic, resolve_scope(reader, params.cluster or None, params.window_minutes))
+    else:
+        check_window_minutes(params.window_minutes)
+    heading = f"Topic {topic}" if topic is not None else found.title
+
+    def rest() -> str:
+        r = _resolve(reader, page, params, since=None, topic_checked=True)
+        figures_url = links.figures(page) if r.payload["figures"] and refresh_seconds > 0 else None
+        figures = [PlotDiv(fid, int(fig["layout"].get("height", 450))) for fid, fig in r.payload["figures"].items()]
+        served = isinstance(links, ServedLinks)
+        return document_body(
+            heading=heading, lead=r.page.description, nav=_nav(links, r.page.slug),
+            scope_text=_scope_text(r.scope), status_text=_status_text(served, figures_url, refresh_seconds),
+            controls=controls_form(params.cluster, r.scope.window_minutes) if served else "",
+            body=r.page.body(reader, r.scope, links) if r.page.body else "", figures=figures, payload=r.payload,
+            links=links, figures_url=figures_url, refresh_seconds=refresh_seconds)
+
+    return document_head(title=heading, links=links), rest
 
 
 def render_index(reader: LakehouseReader, params: DashboardParams | None = None, *,
@@ -265,8 +291,8 @@ def render_index(reader: LakehouseReader, params: DashboardParams | None = None,
                     f'<span>{escape(p.description)}</span></a>' for p in PAGES.values())
     body = f'<div class="grid">{cards}</div><h1>Topics</h1>{_topic_index(reader, scope, links)}'
     served = isinstance(links, ServedLinks)
-    return render_document(
-        title="Dashboards", heading="Dashboards", lead="Kafka durability: ISR health, data loss, SLOs and posture.",
+    return document_head(title="Dashboards", links=links) + document_body(
+        heading="Dashboards", lead="Kafka durability: ISR health, data loss, SLOs and posture.",
         nav=_nav(links, ""), scope_text=_scope_text(scope), status_text="" if served else "exported snapshot",
         controls=controls_form(params.cluster, scope.window_minutes) if served else "", body=body, figures=[],
         payload={"version": "", "scope": _scope_json(scope), "figures": {}}, links=links, figures_url=None,

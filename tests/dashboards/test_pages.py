@@ -146,4 +146,4 @@ def _config(html: str) -> dict[str, Any]:
 def _plotly_version() -> str:
     import plotly
 
-    return f"{plotly.__version__}-cartesian"  # the bundle `make` fetches (tests/dashboards/test_plotly_bundle.py)
+    return f"{plotly.__version__}-isrwatch"  # the bundle `make` builds (tests/dashboards/test_plotly_bundle.py)

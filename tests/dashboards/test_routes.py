@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import plotly
 import pytest
@@ -12,7 +15,8 @@ from fastapi.testclient import TestClient
 
 from api.dashboard_routes import PLOTLY_CACHE_CONTROL, router
 from api.lakehouse import LakehouseReader
-from dashboards.html import CARTESIAN_BUNDLE, plotly_js_path
+from dashboards.html import PLOTLY_BUNDLE, plotly_js_path
+from dashboards.pages import PAGES
 from isrwatch.settings import ApiSettings
 
 
@@ -37,7 +41,7 @@ def test_pages_are_html(client: TestClient, path: str) -> None:
     assert r.status_code == 200
     assert r.headers["content-type"] == "text/html; charset=utf-8"
     assert r.text.startswith("<!doctype html>")
-    assert f'<script src="/static/plotly.min.js?v={plotly.__version__}-cartesian">' in r.text
+    assert f'<script src="/static/plotly.min.js?v={plotly.__version__}-isrwatch">' in r.text
 
 
 def test_a_page_polls_at_the_configured_interval_unless_the_query_says_otherwise(lake: Path) -> None:
@@ -100,10 +104,63 @@ def test_bad_query_parameters_are_422(client: TestClient, query: str) -> None:
         assert client.get(f"/api/v1/dashboards/overview/figures?{query}").status_code == 422
 
 
-def test_plotly_js_is_served_from_the_cartesian_bundle_with_a_long_cache(client: TestClient) -> None:
+def test_plotly_js_is_served_from_the_dashboards_bundle_with_a_long_cache(client: TestClient) -> None:
     r = client.get("/static/plotly.min.js")
     assert r.status_code == 200
     assert r.headers["content-type"].startswith("text/javascript")
     assert r.headers["cache-control"] == PLOTLY_CACHE_CONTROL
-    assert plotly_js_path() == CARTESIAN_BUNDLE
-    assert r.content == CARTESIAN_BUNDLE.read_bytes()
+    assert plotly_js_path() == PLOTLY_BUNDLE
+    assert r.content == PLOTLY_BUNDLE.read_bytes()
+
+
+def _get_raw(app: FastAPI, path: str, query: bytes, sent: list[dict[str, Any]]) -> None:
+    """One GET; the ASGI messages the app sends are appended to `sent` as they are sent."""
+    requested = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal requested
+        if requested:   # the client stays connected: the next message would be its disconnect
+            await asyncio.Event().wait()
+        requested = True
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "", "headers": [],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80)}
+    asyncio.run(app(scope, receive, send))
+
+
+def test_a_page_sends_its_head_before_computing_its_figures(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The browser can fetch and compile plotly.js while the server builds the figures."""
+    built_when: list[int] = []
+    sent: list[dict[str, Any]] = []
+    overview = PAGES["overview"]
+
+    def build(*args: Any) -> dict[str, Any]:
+        built_when.append(len(sent))
+        return overview.build(*args)
+
+    monkeypatch.setitem(PAGES, "overview", dataclasses.replace(overview, build=build))
+    _get_raw(app_over(lake), "/dashboards/overview", b"window_minutes=17", sent)
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    head = bytes(bodies[0]["body"]).decode()
+    assert sent[0]["status"] == 200
+    assert head.startswith("<!doctype html>") and head.rstrip().endswith("</head>") and "plotly.min.js" in head
+    page = "".join(bytes(m["body"]).decode() for m in bodies)
+    assert built_when == [2]   # built once, after the response start and the head were sent
+    assert '"partition-health"' in page and page.rstrip().endswith("</html>")
+
+
+def test_a_page_that_fails_after_its_head_ends_with_the_error(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def build(*args: object) -> dict[str, Any]:
+        raise RuntimeError("the figure broke")
+
+    monkeypatch.setitem(PAGES, "overview", dataclasses.replace(PAGES["overview"], build=build))
+    with TestClient(app_over(lake)) as c:
+        r = c.get("/dashboards/overview", params={"window_minutes": 18})
+    assert r.status_code == 200   # the status line went with the head
+    assert r.text.startswith("<!doctype html>") and r.text.rstrip().endswith("</html>")
+    assert "This page failed" in r.text and "RuntimeError: the figure broke" in r.text

@@ -4,6 +4,8 @@ its reason, duplicates dropped, GE's verdict in dq_runs, and schema drift stoppi
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -168,3 +170,7 @@ def test_one_query_validates_every_table_with_one_dq_commit_per_micro_batch(spar
         bronze = next(td for td in BRONZE_TABLES if td.name == name)
         assert sorted(key_of(bronze, r) for r in rows(SILVER_TABLES[name], lakehouse)) == \
             sorted(key_of(bronze, r) for r in rows(bronze, lakehouse)), name
+    # The de-duplication state lives in RocksDB (off the JVM heap), as the checkpoint records.
+    offsets = (Path(lakehouse) / "_checkpoints" / "validate" / "union" / "offsets" / "0").read_text()
+    conf = json.loads(offsets.splitlines()[1])["conf"]
+    assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(".RocksDBStateStoreProvider")
