@@ -87,7 +87,7 @@ def main() -> None:
     ap.add_argument("--one", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(run_one(args.one, args.seconds or CASES[args.one]["seconds"])))
+        print(json.dumps(run_one(args.one, int(args.seconds or CASES[args.one]["seconds"]))))
         return
     rows = []
     for name in args.cases.split(","):
