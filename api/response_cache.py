@@ -1,4 +1,4 @@
-"""Serialized responses remembered by what they were computed from (table versions, the query, the active
+"""Serialized responses remembered per URL with what they were computed from (table versions, the active
 silences), so a burst of identical requests on an unchanged lakehouse costs one computation and no JSON
 encoding. Bounded: the least recently used entries leave first.
 
@@ -18,6 +18,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import read_allowed
@@ -37,21 +38,15 @@ class _Answered:
 
 class ResponseCache:
     def __init__(self, max_entries: int = 512) -> None:
-        self._bodies: Lru[bytes] = Lru(max_entries)
         self._by_url: Lru[_Answered] = Lru(max_entries)
         self.url_hits = 0   # requests the middleware answered (tests look)
 
-    async def respond(self, request: Request, key: Hashable, basis: Basis,
-                      compute: Callable[[], dict[str, Any]]) -> Response:
-        """The body for `key` (the parsed query) computed from `basis()` (what can change under it), or
-        `compute()` run off the event loop (it may read Delta files), encoded once and kept; the URL is
-        remembered for `ResponseCacheMiddleware`."""
+    async def respond(self, request: Request, basis: Basis, compute: Callable[[], dict[str, Any]]) -> Response:
+        """`compute()` run off the event loop (it may read Delta files) and encoded, remembered for this URL
+        with `basis()` (what can change under the same URL) for `ResponseCacheMiddleware` to answer repeats."""
         computed_from = basis()
-        body = self._bodies.get((key, computed_from))
-        if body is None:
-            result = await run_in_threadpool(compute)
-            body = json.dumps(result, separators=(",", ":"), allow_nan=False).encode()
-            self._bodies.put((key, computed_from), body)
+        result = await run_in_threadpool(compute)
+        body = json.dumps(result, separators=(",", ":"), allow_nan=False).encode()
         self._by_url.put(_url_key(request.scope), _Answered(basis, computed_from, body))
         return Response(body, media_type="application/json")
 
@@ -78,7 +73,8 @@ class ResponseCacheMiddleware:
         if scope["type"] == "http" and scope["method"] == "GET":
             state = scope["app"].state
             cache: ResponseCache = state.responses
-            body = cache.answered(scope) if read_allowed(_authorization(scope), state.settings) else None
+            authorization = Headers(scope=scope).get("authorization", "")
+            body = cache.answered(scope) if read_allowed(authorization, state.settings) else None
             if body is not None:
                 cache.url_hits += 1
                 await send({"type": "http.response.start", "status": 200,
@@ -88,9 +84,3 @@ class ResponseCacheMiddleware:
                 return
         await self.app(scope, receive, send)
 
-
-def _authorization(scope: Scope) -> str:
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            return str(value.decode("latin-1"))
-    return ""

@@ -87,10 +87,9 @@ async def list_alerts(
         nxt = offset + limit if offset + limit < len(matched) else None
         return {"items": page, "total": len(matched), "limit": limit, "offset": offset, "next_offset": nxt}
 
-    # The answer depends only on the filters, gold.alerts' version and which silences are active now.
-    key = ("alerts", state, severity, rule, cluster, topic, broker, since_s, until_s, limit, offset)
+    # Under one URL (the filters), the answer depends only on gold.alerts' version and the active silences.
     cache: ResponseCache = request.app.state.responses
-    return await cache.respond(request, key, lambda: (reader.version_or_none("gold.alerts"), _active_silences(store)),
+    return await cache.respond(request, lambda: (reader.version_or_none("gold.alerts"), _active_silences(store)),
                                compute)  # type: ignore[return-value]
 
 

@@ -71,7 +71,7 @@ async def get_topic(request: Request, reader: Annotated[LakehouseReader, Depends
                     topic: Annotated[str, Path(max_length=249)], cluster: ClusterQuery = None) -> dict[str, Any]:
     # The answer depends only on these tables' versions: repeated requests reuse the encoded body.
     cache: ResponseCache = request.app.state.responses
-    return await cache.respond(request, ("topic", topic, cluster),  # type: ignore[return-value]
+    return await cache.respond(request,  # type: ignore[return-value]
                                lambda: tuple(reader.version_or_none(t) for t in TOPIC_TABLES),
                                lambda: _topic(reader, topic, cluster))
 
