@@ -14,6 +14,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
 from broker_emulator.delta_checksum import write_with_checksum
+from schemas.bronze import REFERENCE_TABLES
 from schemas.table import TableDef
 
 
@@ -88,13 +89,9 @@ class DeltaSink:
         return written
 
 
-# `runs` announces a batch and `topic_configs` describes the topics its rows refer to: committing them
-# first means a reader that sees a batch's rows in any table can also see its run and its topics.
-REFERENCE_TABLES_FIRST = ("runs", "topic_configs")
-
-
 def write_order(td: TableDef) -> tuple[int, str]:
-    rank = REFERENCE_TABLES_FIRST.index(td.name) if td.name in REFERENCE_TABLES_FIRST else len(REFERENCE_TABLES_FIRST)
+    """Reference tables (schemas.bronze.REFERENCE_TABLES) first, then by name."""
+    rank = REFERENCE_TABLES.index(td.name) if td.name in REFERENCE_TABLES else len(REFERENCE_TABLES)
     return rank, td.name
 
 

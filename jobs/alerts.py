@@ -17,7 +17,6 @@ by the dispatcher's recovery from gold.alert_events at the next start.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import threading
 import time
@@ -132,13 +131,7 @@ class AlertEvaluator:
     on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None
     started: threading.Event = field(default_factory=threading.Event)
 
-    @property
-    def app_id(self) -> str:
-        return f"isrwatch-alerts/{self.query_id}"
-
-    @functools.cached_property
-    def versions(self) -> AppVersions:
-        return AppVersions(self.app_id)  # first used once the query runs, when its id is known
+    versions: AppVersions = field(init=False)  # set by start_query: the app id needs the query's id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse

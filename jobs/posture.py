@@ -14,7 +14,6 @@ snapshot depends only on silver, so a batch replayed after a crash rewrites noth
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import threading
 from collections.abc import Sequence
@@ -62,13 +61,7 @@ class PostureEvaluator:
     restored: bool = False
     stats: PostureStats = field(default_factory=PostureStats)
 
-    @property
-    def app_id(self) -> str:
-        return f"isrwatch-posture/{self.query_id}"
-
-    @functools.cached_property
-    def versions(self) -> AppVersions:
-        return AppVersions(self.app_id)  # first used once the query runs, when its id is known
+    versions: AppVersions = field(init=False)  # set by start_query: the app id needs the query's id
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         lake = self.settings.lakehouse

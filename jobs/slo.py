@@ -15,7 +15,6 @@ replayed after a crash neither double-counts nor duplicates.
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import threading
 from collections.abc import Sequence
@@ -85,13 +84,7 @@ class SloEvaluator:
     started: threading.Event = field(default_factory=threading.Event)
     stats: SloStats = field(default_factory=SloStats)
 
-    @property
-    def app_id(self) -> str:
-        return f"isrwatch-slo/{self.query_id}"
-
-    @functools.cached_property
-    def versions(self) -> AppVersions:
-        return AppVersions(self.app_id)  # first used once the query runs, when its id is known
+    versions: AppVersions = field(init=False)  # set by start_query: the app id needs the query's id
 
     def restore(self, spark: SparkSession) -> None:
         """Rebuild the rolling windows from the timeslices of batches whose status was committed."""

@@ -21,14 +21,21 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from isrwatch.delta_io import AppVersions
 from isrwatch.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
 
 T = TypeVar("T")
 
 
-class Evaluator(Protocol):
+class Started(Protocol):
+    """A foreachBatch function that learns its query's id once the query started."""
+
     query_id: str | None
     started: threading.Event
+
+
+class Evaluator(Started, Protocol):
+    versions: AppVersions
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None: ...
 
@@ -72,6 +79,7 @@ def start_query(stream: DataFrame, name: str, evaluator: Evaluator, job: GoldJob
               else writer.trigger(processingTime=job.trigger_interval))
     query = writer.start()
     evaluator.query_id = str(query.id)  # kept in the checkpoint: the same after a restart
+    evaluator.versions = AppVersions(f"isrwatch-{name}/{query.id}")  # the app id of the job's idempotent writes
     evaluator.started.set()
     return query
 
@@ -113,7 +121,7 @@ def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> i
 
 
 
-def wait_started(evaluator: Evaluator, job: str) -> None:
+def wait_started(evaluator: Started, job: str) -> None:
     """foreachBatch can run before start() returns: wait until the query id (the app id's key) is known."""
     if not evaluator.started.wait(120) or evaluator.query_id is None:
         raise RuntimeError(f"{job}: query id not set")

@@ -46,18 +46,18 @@ from jobs.delta_tables import (
     is_delta_table,
     wait_for_tables,
 )
+from jobs.streaming import die_here_if_asked, wait_started
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
     DriverContext,
     SparkRoute,
     TableCheck,
-    die_here_if_asked,
     route_on_driver,
 )
 from pipelines.context import METER_KEY, LastCounts, newest_meter_counts
 from pipelines.driver_context import RunWindows, TopicPartitions
 from pipelines.great_expectations_check import SuiteValidator
-from schemas.bronze import BRONZE_TABLES, RUNS, TOPIC_CONFIGS
+from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 
@@ -124,8 +124,7 @@ class UnionValidator:
         return self.appenders[name]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        if not self.started.wait(120) or self.query_id is None:
-            raise RuntimeError("validate: query id not set")
+        wait_started(self, "validate")
         began = time.monotonic()
         batch = batch.persist()
         try:
@@ -294,10 +293,6 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     validator.query_id = str(query.id)
     validator.started.set()
     return RunningValidation(query, validator)
-
-
-# Their rows are folded into the driver's context before the other tables of the same micro-batch.
-REFERENCE_TABLES = (RUNS.name, TOPIC_CONFIGS.name)
 
 
 def _context_tables(td: TableDef) -> set[str]:

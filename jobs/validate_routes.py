@@ -13,8 +13,6 @@ Each returns a `TableCheck`; the job writes the dq record of all tables of the b
 
 from __future__ import annotations
 
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +24,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from isrwatch.batch_appender import BatchAppender
+from jobs.streaming import die_here_if_asked
 from pipelines.arrow_expectations import evaluate, failures
 from pipelines.context import (
     METER_KEY,
@@ -52,12 +51,6 @@ SINGLE_FILE_MAX_ROWS = 1_000_000
 class ValidationMismatch(Exception):
     """Raised when Great Expectations and the row-level routing disagree on a batch (its dq record is not
     written, so the batch is replayed, and fails again, at the next start)."""
-
-
-def die_here_if_asked(table: str, batch_id: int, point: str) -> None:
-    """Fault injection for the exactly-once tests: ISRWATCH_KILL_AT=<table>:<batch>:<point> SIGKILLs us."""
-    if os.environ.get("ISRWATCH_KILL_AT") == f"{table}:{batch_id}:{point}":
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ Semantics, per rule and entity, over samples in event-time order:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -114,9 +115,14 @@ def fingerprint(rule: str, labels: dict[str, str]) -> str:
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+@functools.cache  # the rules' expressions are few and fixed: scanned once, not every batch
+def _names_in(expression: str) -> frozenset[str]:
+    return frozenset(_NAME.findall(expression))
+
+
 def _named_columns(frame: pd.DataFrame, expression: str) -> list[str]:
     """The columns of `frame` an expression names (in frame order)."""
-    names = set(_NAME.findall(expression))
+    names = _names_in(expression)
     return [c for c in frame.columns if c in names]
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipelines.expectations import nonzero_counts
 from schemas.expectations import Expect
 
 
@@ -30,7 +31,7 @@ class ArrowVerdict:
 
     def counts(self, expectations: tuple[Expect, ...]) -> dict[str, int]:
         """Unexpected rows per expectation label (only labels with some), as GE reports them."""
-        return {e.label: int(f.sum()) for e, f in zip(expectations, self.flags, strict=True) if f.any()}
+        return nonzero_counts(expectations, [f.sum() for f in self.flags])
 
 
 def evaluate(rows: pa.Table, expectations: tuple[Expect, ...]) -> ArrowVerdict:
@@ -38,7 +39,7 @@ def evaluate(rows: pa.Table, expectations: tuple[Expect, ...]) -> ArrowVerdict:
     if not expectations:
         raise ValueError("expectations must not be empty")
     flags = [_fails(e, rows) for e in expectations]
-    valid = ~np.logical_or.reduce(flags) if flags else np.ones(rows.num_rows, bool)
+    valid = ~np.logical_or.reduce(flags)
     return ArrowVerdict(flags, valid)
 
 

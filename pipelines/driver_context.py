@@ -31,7 +31,7 @@ TS = pa.timestamp("us", tz="UTC")
 class RunWindows:
     """Per run its start, per (run, emulator batch) its end: bronze.runs, folded on the driver.
 
-    Bounded: past `max_batches` entries the oldest batches are dropped (a row that names one later is
+    Bounded: past `max_batches` entries the batches seen first are dropped (a row that names one later is
     answered by the loader again).
     """
 
@@ -53,9 +53,8 @@ class RunWindows:
                 self.starts[run] = start
             if batch is not None and end is not None and end > self.ends.get((run, batch), end - 1):
                 self.ends[(run, batch)] = end
-        if len(self.ends) > self.max_batches:
-            keep = sorted(self.ends, key=lambda k: (self.ends[k], k))[-self.max_batches:]
-            self.ends = {k: self.ends[k] for k in keep}
+        while len(self.ends) > self.max_batches:  # the first seen leave first: O(1) a batch, no sort
+            del self.ends[next(iter(self.ends))]
 
     def add_columns(self, rows: pa.Table) -> pa.Table:
         """Add ctx_run_start_ts and ctx_batch_end_ts to rows carrying run_id and batch_id."""

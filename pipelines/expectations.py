@@ -92,14 +92,9 @@ def failure_counts(flagged: DataFrame, expectations: tuple[Expect, ...]) -> tupl
     row = flagged.agg(F.count(F.lit(1)).alias("_n"), F.count_if(F.col(VALID)).alias("_v"),
                       *(F.count_if(F.col(f)).alias(f) for f in flags)).first()
     assert row is not None
-    return int(row["_n"]), int(row["_v"]), _nonzero(expectations, [row[f] for f in flags])
+    return int(row["_n"]), int(row["_v"]), nonzero_counts(expectations, [row[f] for f in flags])
 
 
-def failure_counts_of_frame(frame: Any, expectations: tuple[Expect, ...]) -> tuple[int, int, dict[str, int]]:
-    """The same counts from a pandas frame holding the flags of `with_failure_flags`."""
-    flags = flag_columns(expectations)
-    return len(frame), int(frame[VALID].sum()), _nonzero(expectations, [frame[f].sum() for f in flags])
-
-
-def _nonzero(expectations: tuple[Expect, ...], counts: list[Any]) -> dict[str, int]:
+def nonzero_counts(expectations: tuple[Expect, ...], counts: list[Any]) -> dict[str, int]:
+    """Unexpected rows per expectation label, only labels with some (as GE reports them)."""
     return {e.label: int(c) for e, c in zip(expectations, counts, strict=True) if c}

@@ -229,6 +229,11 @@ RUNS = TableDef(
     ),
 )
 
+# `runs` announces a batch and `topic_configs` describes the topics its rows refer to: the emulator commits
+# them first (a reader that sees a batch's rows in any table can also see its run and its topics) and
+# validate folds their rows into its context before the other tables of the same micro-batch.
+REFERENCE_TABLES = (RUNS.name, TOPIC_CONFIGS.name)
+
 BRONZE_TABLES: tuple[TableDef, ...] = (
     BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, TOPIC_CONFIGS, ACK_LEDGER, CONSUMER_PROGRESS, RUNS,
 )
