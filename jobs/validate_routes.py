@@ -130,10 +130,10 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
         data = with_previous_count_on_driver(data, ctx.meter_counts(td, runs, min_ts_us), min_ts_us)
     verdict = evaluate(data, td.expectations)
     rows_in, rows_valid = data.num_rows, int(verdict.valid.sum())
-    valid_mask = pa.array(verdict.valid)
+    valid = data.filter(pa.array(verdict.valid))
     if rows_valid:
         silver = SILVER_TABLES[td.name]
-        appender.append_rows(data.filter(valid_mask).select(silver.arrow_schema.names).cast(silver.arrow_schema),
+        appender.append_rows(valid.select(silver.arrow_schema.names).cast(silver.arrow_schema),
                              silver.path(lakehouse), batch_id)
     die_here_if_asked(td.name, batch_id, "after_silver")
     if rows_valid < rows_in:
@@ -151,7 +151,6 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
     meters = None
     if td.name in ctx.last_counts:
         def meters() -> Any:
-            valid = data.filter(valid_mask)
             kept = valid.filter(pc.equal(valid.column("kind"), "meter")).select([*METER_KEY, "ts", "count"])
             return arrow_to_ge_frame(kept)
     return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, arrow_to_ge_frame(data),
