@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
 
 from api import routes_alerts, routes_health, routes_query, routes_silences, routes_slos, routes_topics
 from api.errors import install_handlers
@@ -17,13 +20,21 @@ from isrwatch.slo_config import load_slos
 TOKEN_ENV = "ISRWATCH_API_TOKEN"
 
 
+@asynccontextmanager
+async def _warm_up_dashboards(app: FastAPI) -> AsyncIterator[None]:
+    from dashboards.pages import warm_up
+
+    await run_in_threadpool(warm_up)
+    yield
+
+
 def create_app(settings: PipelineSettings) -> FastAPI:
     """The app over `settings.lakehouse`. The bearer token is read from ISRWATCH_API_TOKEN when the settings
     carry none; without one, mutations answer 503."""
     api = settings.api
     if api.token is None and os.environ.get(TOKEN_ENV):
         api = api.model_validate({**api.model_dump(), "token": os.environ[TOKEN_ENV]})
-    app = FastAPI(title="isrwatch", version="0.1.0",
+    app = FastAPI(title="isrwatch", version="0.1.0", lifespan=_warm_up_dashboards,
                   description="Kafka durability analytics: alerts, durability SLOs, configuration posture, "
                               "partition state and read-only SQL over the isrwatch lakehouse.")
     app.state.settings = api

@@ -185,9 +185,21 @@ def isr_cells(reader: LakehouseReader, scope: Scope, max_partitions: int = MAX_H
 
 # -- topics ------------------------------------------------------------------------------------------------
 def topic_names(reader: LakehouseReader, scope: Scope) -> list[str]:
-    """Topics of the cluster: configured ones (silver.topic_configs) and those in the latest snapshot."""
+    """Topics of the cluster: configured ones (silver.topic_configs) and those in the latest snapshot.
+
+    Every topic page asks (is its topic known?): remembered per partition_state version, cluster and
+    topic_configs version, a few entries per version."""
     if not scope.has_data or scope.end is None:
         return []
+    key = f"topic_names/{scope.cluster}/{scope.end.isoformat()}/{reader.version_or_none(TOPIC_CONFIGS)}"
+    try:
+        return list(reader.derive(PARTITION_STATE, key, lambda r: _topic_names(r, scope)))
+    except UnknownTable:  # no snapshot yet: nothing to remember it by
+        return list(_topic_names(reader, scope))
+
+
+def _topic_names(reader: LakehouseReader, scope: Scope) -> tuple[str, ...]:
+    assert scope.end is not None  # topic_names checked it
     names: set[str] = set()
     configs = _read(reader, TOPIC_CONFIGS, ["run_id", "topic"])
     if configs is not None:
@@ -196,13 +208,18 @@ def topic_names(reader: LakehouseReader, scope: Scope) -> list[str]:
                    (ds.field("run_id") == scope.cluster) & (ds.field("ts") >= ts_scalar(scope.end)), ["topic"])
     if latest is not None:
         names.update(pc.unique(latest["topic"]).to_pylist())
-    return sorted(names)
+    return tuple(sorted(names))
 
 
-def _topic_state(reader: LakehouseReader, scope: Scope, topic: str, columns: list[str]) -> pa.Table | None:
+# What a topic page reads of partition_state: one scan serves both its membership and its offsets views.
+TOPIC_STATE_COLUMNS = ["ts", "partition", "leader", "replicas", "isr", "high_watermark", "replica_leos"]
+
+
+def topic_state(reader: LakehouseReader, scope: Scope, topic: str) -> pa.Table | None:
+    """The topic's partition snapshots in the scope (`TOPIC_STATE_COLUMNS`), None when there are none."""
     if not scope.has_data:
         return None
-    table = _scan(reader, PARTITION_STATE, window_filter(scope) & (ds.field("topic") == topic), columns)
+    table = _scan(reader, PARTITION_STATE, window_filter(scope) & (ds.field("topic") == topic), TOPIC_STATE_COLUMNS)
     return table if table is not None and table.num_rows else None
 
 
@@ -215,14 +232,20 @@ def _per_replica(table: pa.Table) -> pa.Table:
 
 def topic_isr_membership(reader: LakehouseReader, scope: Scope, topic: str,
                          max_partitions: int = MAX_MEMBERSHIP_PARTITIONS) -> pd.DataFrame:
+    """`isr_membership` of the topic's snapshots."""
+    return isr_membership(topic_state(reader, scope, topic), scope, max_partitions)
+
+
+def isr_membership(state: pa.Table | None, scope: Scope, max_partitions: int = MAX_MEMBERSHIP_PARTITIONS
+                   ) -> pd.DataFrame:
     """Per partition, replica and bucket: leader (2), in the ISR (1) or out of it (0), the bucket's
-    lowest. With more than `max_partitions` partitions, those with the most out-of-ISR buckets are kept.
-    Columns `MEMBERSHIP_COLUMNS`."""
+    lowest, from `topic_state` rows. With more than `max_partitions` partitions, those with the most
+    out-of-ISR buckets are kept. Columns `MEMBERSHIP_COLUMNS`."""
     if max_partitions < 1:
         raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
-    table = _topic_state(reader, scope, topic, ["ts", "partition", "leader", "replicas", "isr"])
-    if table is None:
+    if state is None:
         return _empty(MEMBERSHIP_COLUMNS)
+    table = state.select(["ts", "partition", "leader", "replicas", "isr"])
     # Membership of each replica in its own row's ISR, vectorised: key every (row, broker) pair.
     row_key = pa.array(range(table.num_rows), pa.int64())
     replicas = _per_replica(table.append_column("row", row_key))
@@ -243,14 +266,20 @@ def topic_isr_membership(reader: LakehouseReader, scope: Scope, topic: str,
 
 def topic_offsets(reader: LakehouseReader, scope: Scope, topic: str,
                   max_partitions: int = MAX_OFFSET_PARTITIONS) -> pd.DataFrame:
-    """High watermark and each replica's log end offset, at the last snapshot of every bucket.
+    """`offsets` of the topic's snapshots."""
+    return offsets(topic_state(reader, scope, topic), scope, max_partitions)
+
+
+def offsets(state: pa.Table | None, scope: Scope, max_partitions: int = MAX_OFFSET_PARTITIONS) -> pd.DataFrame:
+    """High watermark and each replica's log end offset, at the last snapshot of every bucket, from
+    `topic_state` rows.
 
     With more than `max_partitions` partitions, those whose replicas' LEOs spread the most are kept.
     Columns `OFFSET_COLUMNS`.
     """
     if max_partitions < 1:
         raise ValueError(f"max_partitions must be >= 1, got {max_partitions}")
-    table = _topic_state(reader, scope, topic, ["ts", "partition", "replicas", "high_watermark", "replica_leos"])
+    table = None if state is None else state.select(["ts", "partition", "replicas", "high_watermark", "replica_leos"])
     if table is not None:
         # A snapshot whose LEOs do not line up with its replicas cannot say whose LEO is whose: left out.
         table = table.filter(pc.equal(pc.list_value_length(table["replicas"]),

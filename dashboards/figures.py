@@ -8,11 +8,11 @@ and assert the values a figure draws. Every builder returns a titled figure with
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from dashboards.data import (
     OFFLINE_PARTITIONS,
@@ -31,10 +31,12 @@ from dashboards.style import (
     add_overlays,
     colour,
     finish,
+    label_margin,
     no_data,
     plot_time,
     table_figure,
 )
+from dashboards.subplots import grid, grid_figure
 
 GAUGE_TITLES = {
     "UnderReplicatedPartitions": "Under-replicated partitions",
@@ -80,35 +82,43 @@ def overview_figure(metrics: pd.DataFrame, losses: pd.DataFrame) -> go.Figure:
     """Per-broker partition gauges and the controller's offline count over time, one row each, with
     every data-loss event (unclean election, acknowledged records lost) as a red vertical marker."""
     rows = [*PARTITION_GAUGES, OFFLINE_PARTITIONS]
-    fig = make_subplots(rows=len(rows), cols=1, shared_xaxes=True, vertical_spacing=0.07,
-                        subplot_titles=[GAUGE_TITLES[r] for r in rows])
-    finish(fig, "Partition health by broker", x_title=TIME_AXIS, y_title="partitions", height=820,
-           subtitle="leader-side broker gauges (max per bucket); red markers: data-loss events")
+    title, subtitle = ("Partition health by broker",
+                       "leader-side broker gauges (max per bucket); red markers: data-loss events")
+    cells = grid(len(rows), 1, titles=[GAUGE_TITLES[r] for r in rows], vertical_spacing=0.07)
     if metrics.empty:
-        return no_data(fig)
+        return no_data(grid_figure([], cells, title, x_title=TIME_AXIS, y_title="partitions", height=820,
+                                   subtitle=subtitle))
     brokers = sorted(int(b) for b in metrics.loc[metrics["name"].isin(PARTITION_GAUGES), "broker_id"].unique())
-    for row, name in enumerate(PARTITION_GAUGES, start=1):
-        of_gauge = metrics[metrics["name"] == name]
+    metrics = metrics.assign(ts=plot_time(metrics["ts"]))  # converted once, not once per trace
+    gauges = dict(tuple(metrics.groupby(["name", "broker_id"], sort=False)))
+    traces: list[dict[str, Any]] = []
+    for (x_ref, y_ref), name in zip(cells.refs[:len(PARTITION_GAUGES)], PARTITION_GAUGES, strict=True):
         for i, broker in enumerate(brokers):
-            series = of_gauge[of_gauge["broker_id"] == broker]
-            fig.add_trace(go.Scatter(
-                x=plot_time(series["ts"]), y=series["value"].to_numpy(), name=f"broker {broker}",
-                legendgroup=f"broker {broker}", showlegend=row == 1, mode="lines", line_shape="hv",
-                line={"color": colour(i), "width": 1.5},
-                hovertemplate=f"broker {broker}<br>%{{x}}<br>%{{y}} partitions<extra></extra>"), row=row, col=1)
+            series = gauges.get((name, broker))
+            traces.append({
+                "type": "scatter", "x": [] if series is None else series["ts"],
+                "y": [] if series is None else series["value"].to_numpy(), "name": f"broker {broker}",
+                "legendgroup": f"broker {broker}", "showlegend": name == PARTITION_GAUGES[0], "mode": "lines",
+                "line": {"color": colour(i), "width": 1.5, "shape": "hv"}, "xaxis": x_ref, "yaxis": y_ref,
+                "hovertemplate": f"broker {broker}<br>%{{x}}<br>%{{y}} partitions<extra></extra>"})
     # Only the active controller reports it; after a failover another broker does: the max over brokers.
     offline = metrics[metrics["name"] == OFFLINE_PARTITIONS].groupby("ts", as_index=False)["value"].max()
-    fig.add_trace(go.Scatter(
-        x=plot_time(offline["ts"]), y=offline["value"].to_numpy(), name="offline partitions", mode="lines",
-        line_shape="hv", line={"color": DANGER, "width": 2},
-        hovertemplate="%{x}<br>%{y} offline partitions<extra></extra>"), row=len(rows), col=1)
-    _loss_markers(fig, losses, row=len(rows))
-    return fig
+    x_ref, y_ref = cells.refs[-1]
+    traces.append({
+        "type": "scatter", "x": offline["ts"], "y": offline["value"].to_numpy(), "name": "offline partitions",
+        "mode": "lines", "line": {"color": DANGER, "width": 2, "shape": "hv"}, "xaxis": x_ref, "yaxis": y_ref,
+        "hovertemplate": "%{x}<br>%{y} offline partitions<extra></extra>"})
+    shapes, notes = _loss_markers(traces, losses, cells.refs[-1])
+    fig = grid_figure(traces, cells, title, x_title=TIME_AXIS, y_title="partitions", height=820, subtitle=subtitle)
+    return add_overlays(fig, shapes, notes)
 
 
-def _loss_markers(fig: go.Figure, losses: pd.DataFrame, row: int) -> None:
+def _loss_markers(traces: list[dict[str, Any]], losses: pd.DataFrame, refs: tuple[str, str]
+                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Data-loss events: a marker trace (appended to `traces`, on the chart `refs`) and the vertical lines and
+    labels across the charts, returned as (shapes, annotations)."""
     if losses.empty:
-        return
+        return [], []
     times = plot_time(losses["ts"])
     shapes = [{"type": "line", "x0": when, "x1": when, "xref": "x", "y0": 0, "y1": 1, "yref": "paper",
                "line": {"color": DANGER, "width": 1.5, "dash": "dot"}} for when in times]
@@ -117,14 +127,14 @@ def _loss_markers(fig: go.Figure, losses: pd.DataFrame, row: int) -> None:
               "yanchor": "top", "yshift": -14 * (i % 2), "text": kind, "showarrow": False,
               "bgcolor": "rgba(255,255,255,0.85)", "font": {"size": 10, "color": DANGER}}
              for i, (when, kind) in enumerate(zip(times, losses["kind"], strict=True))]
-    add_overlays(fig, shapes, notes if len(losses) <= MAX_LOSS_LABELS else [])
     hover = [f"{k}: {p} partition(s){f', {r} records' if r else ''}<br>{w}"
              for k, p, r, w in zip(losses["kind"], losses["partitions"], losses["records"], losses["where"],
                                    strict=True)]
-    fig.add_trace(go.Scatter(
-        x=times, y=np.zeros(len(losses)), name="data loss", mode="markers", text=hover,
-        marker={"symbol": "x", "size": 11, "color": DANGER}, hovertemplate="%{x}<br>%{text}<extra></extra>"),
-        row=row, col=1)
+    traces.append({
+        "type": "scatter", "x": times, "y": np.zeros(len(losses)), "name": "data loss", "mode": "markers",
+        "text": hover, "marker": {"symbol": "x", "size": 11, "color": DANGER}, "xaxis": refs[0], "yaxis": refs[1],
+        "hovertemplate": "%{x}<br>%{text}<extra></extra>"})
+    return shapes, notes if len(losses) <= MAX_LOSS_LABELS else []
 
 
 def alerts_figure(alerts: pd.DataFrame, empty_text: str = NO_DATA) -> go.Figure:
@@ -175,15 +185,23 @@ def isr_heatmap_figure(cells: pd.DataFrame, *, bucket_seconds: int = 1,
     fig.add_trace(go.Heatmap(
         x=x, y=labels, z=z, zmin=-2.5, zmax=2.5, colorscale=_band_colourscale(MARGIN_COLOURS), xgap=xgap, ygap=ygap,
         name="ISR − min ISR", hovertemplate="%{y}<br>%{x}<br>ISR − effective min ISR: %{z}<extra></extra>",
-        colorbar={"title": {"text": "ISR − min"}, "tickvals": [-2, -1, 0, 1, 2],
+        colorbar={"outlinewidth": 0, "title": {"text": "ISR − min"}, "tickvals": [-2, -1, 0, 1, 2],
                   "ticktext": ["≤ −2", "−1 refused", "0 at min", "+1", "≥ +2"]}))
     fig.add_trace(go.Heatmap(
         x=x, y=labels, z=np.where(offline_mask, 1.0, np.nan), zmin=0, zmax=1, showscale=False, xgap=xgap,
         ygap=ygap,
         colorscale=[(0.0, OFFLINE_COLOUR), (1.0, OFFLINE_COLOUR)], name="offline",
         hovertemplate="%{y}<br>%{x}<br>offline: no leader<extra></extra>"))
-    fig.update_yaxes(autorange="reversed", type="category")
+    _category_rows(fig, labels)
     return fig
+
+
+def _category_rows(fig: go.Figure, labels: list[str]) -> None:
+    """One heatmap row per label, first at the top, the margin sized to the labels (no automargin pass:
+    hundreds of labels made it the largest part of drawing the chart)."""
+    fig.update_yaxes(autorange="reversed", type="category", automargin=False)
+    fig.update_xaxes(automargin=False)
+    fig.update_layout(margin={"l": label_margin(labels)})
 
 
 # -- topic detail ------------------------------------------------------------------------------------------
@@ -208,46 +226,48 @@ def isr_membership_figure(membership: pd.DataFrame, topic: str) -> go.Figure:
         zmax=states[-1] + 0.5, colorscale=_band_colourscale(tuple(MEMBERSHIP_COLOURS[s] for s in states)),
         xgap=xgap, ygap=ygap,
         hovertemplate="%{y}<br>%{x}<br>state %{z} (0 out of ISR, 1 in ISR, 2 leader)<extra></extra>",
-        colorbar={"tickvals": states, "ticktext": ["out of ISR", "in ISR", "leader"]}))
-    fig.update_yaxes(autorange="reversed", type="category")
+        colorbar={"outlinewidth": 0, "tickvals": states, "ticktext": ["out of ISR", "in ISR", "leader"]}))
+    _category_rows(fig, labels)
     return fig
 
 
 def offsets_figure(offsets: pd.DataFrame, topic: str) -> go.Figure:
     """High watermark against each replica's log end offset, one small chart per partition."""
-    partitions = [] if offsets.empty else sorted(int(p) for p in offsets["partition"].unique())
-    cols = 2 if len(partitions) > 1 else 1
-    grid_rows = max(1, math.ceil(len(partitions) / cols))
-    fig = make_subplots(rows=grid_rows, cols=cols, shared_xaxes=True, vertical_spacing=min(0.12, 0.4 / grid_rows),
-                        subplot_titles=[f"partition {p}" for p in partitions] or None)
-    finish(fig, f"High watermark vs log end offsets: {topic}", x_title=TIME_AXIS, y_title="offset",
-           height=max(340, 120 + 220 * grid_rows),
-           subtitle="dashed: high watermark; lines: each replica's LEO (last snapshot per bucket)")
+    title, subtitle = (f"High watermark vs log end offsets: {topic}",
+                       "dashed: high watermark; lines: each replica's LEO (last snapshot per bucket)")
     if offsets.empty:
+        fig = go.Figure()
+        finish(fig, title, x_title=TIME_AXIS, y_title="offset", height=340, subtitle=subtitle)
         return no_data(fig)
+    # Timestamps converted once for the whole frame, not once per trace.
+    by_partition = dict(tuple(offsets.assign(ts=plot_time(offsets["ts"])).groupby("partition", sort=True)))
+    partitions = [int(p) for p in by_partition]
+    cells = grid(len(partitions), 2, titles=[f"partition {p}" for p in partitions],
+                 vertical_spacing=min(0.12, 0.4 / math.ceil(len(partitions) / 2)))
     brokers = sorted(int(b) for b in offsets["broker_id"].unique())
+    traces: list[dict[str, Any]] = []
     shown: set[str] = set()
-    for n, partition in enumerate(partitions):
-        row, col = n // cols + 1, n % cols + 1
-        of_partition = offsets[offsets["partition"] == partition]
+    for (x_ref, y_ref), (partition, of_partition) in zip(cells.refs, by_partition.items(), strict=True):
         hw = of_partition.groupby("ts", as_index=False)["high_watermark"].max()
         # An offline partition reports HW -1: a gap in the line, not a fall to zero.
         hw_values = hw["high_watermark"].where(hw["high_watermark"] >= 0).to_numpy(dtype=float)
-        fig.add_trace(go.Scatter(
-            x=plot_time(hw["ts"]), y=hw_values, name="high watermark", mode="lines",
-            legendgroup="hw", showlegend="hw" not in shown, line={"color": MUTED, "dash": "dash", "width": 2},
-            hovertemplate=f"p{partition} HW<br>%{{x}}<br>%{{y}}<extra></extra>"), row=row, col=col)
+        traces.append({
+            "type": "scatter", "x": hw["ts"], "y": hw_values, "name": "high watermark", "mode": "lines",
+            "legendgroup": "hw", "showlegend": "hw" not in shown, "line": {"color": MUTED, "dash": "dash", "width": 2},
+            "hovertemplate": f"p{partition} HW<br>%{{x}}<br>%{{y}}<extra></extra>", "xaxis": x_ref, "yaxis": y_ref})
         shown.add("hw")
-        for broker in sorted(int(b) for b in of_partition["broker_id"].unique()):
-            replica = of_partition[of_partition["broker_id"] == broker]
-            fig.add_trace(go.Scatter(
-                x=plot_time(replica["ts"]), y=replica["log_end_offset"].to_numpy(), name=f"broker {broker} LEO",
-                mode="lines", legendgroup=f"broker {broker}", showlegend=f"broker {broker}" not in shown,
-                line={"color": colour(brokers.index(broker)), "width": 1.5},
-                hovertemplate=f"p{partition} broker {broker} LEO<br>%{{x}}<br>%{{y}}<extra></extra>"),
-                row=row, col=col)
-            shown.add(f"broker {broker}")
-    return fig
+        for broker, replica in of_partition.groupby("broker_id", sort=True):
+            label = f"broker {int(broker)}"
+            traces.append({
+                "type": "scatter", "x": replica["ts"], "y": replica["log_end_offset"].to_numpy(),
+                "name": f"{label} LEO", "mode": "lines", "legendgroup": label, "showlegend": label not in shown,
+                "line": {"color": colour(brokers.index(int(broker))), "width": 1.5},
+                "hovertemplate": f"p{partition} {label} LEO<br>%{{x}}<br>%{{y}}<extra></extra>",
+                "xaxis": x_ref, "yaxis": y_ref})
+            shown.add(label)
+    rows = math.ceil(len(partitions) / 2)
+    return grid_figure(traces, cells, title, x_title=TIME_AXIS, y_title="offset", height=max(340, 120 + 220 * rows),
+                       subtitle=subtitle)
 
 
 def rejections_figure(rejections: pd.DataFrame, topic: str) -> go.Figure:

@@ -8,9 +8,10 @@ which the status table shows.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
 from dashboards.data import BURN_WINDOWS
 from dashboards.style import (
@@ -25,6 +26,7 @@ from dashboards.style import (
     plot_time,
     table_figure,
 )
+from dashboards.subplots import grid, grid_figure
 from pipelines.slo_spec import DEFAULT_PAGE, DEFAULT_TICKET
 
 # (label, burn rate) lines on every SLO's burn-rate chart.
@@ -76,24 +78,30 @@ def burn_rate_figure(status: pd.DataFrame,
                      thresholds: tuple[tuple[str, float], ...] = BURN_THRESHOLDS) -> go.Figure:
     """Burn rate per window (5m … 3d), one chart per SLO, with the page and ticket thresholds."""
     slos = [] if status.empty else sorted(status["slo"].unique())
-    fig = make_subplots(rows=max(1, len(slos)), cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=slos or None)
-    finish(fig, "Burn rates", x_title=TIME_AXIS, y_title="burn rate (×)", height=max(360, 120 + 230 * len(slos)),
-           subtitle="error ratio / (1 − objective), highest per bucket; dashed: default page and ticket thresholds")
+    title, subtitle = ("Burn rates", "error ratio / (1 − objective), highest per bucket; dashed: default page and "
+                       "ticket thresholds")
+    height = max(360, 120 + 230 * len(slos))
     if status.empty:
+        fig = go.Figure()
+        finish(fig, title, x_title=TIME_AXIS, y_title="burn rate (×)", height=height, subtitle=subtitle)
         return no_data(fig)
+    cells = grid(len(slos), 1, titles=slos, vertical_spacing=0.08)
+    status = status.assign(ts=plot_time(status["ts"]))  # converted once, not once per trace
     threshold_colours = [DANGER if label.startswith("page") else WARNING for label, _ in thresholds]
+    traces: list[dict[str, Any]] = []
     shapes, notes = [], []
-    for row, slo in enumerate(slos, start=1):
-        series = status[status["slo"] == slo]
+    for row, ((x_ref, y_ref), (slo, series)) in enumerate(zip(cells.refs, status.groupby("slo", sort=True),
+                                                                strict=True), start=1):
         for i, window in enumerate(BURN_WINDOWS):
-            fig.add_trace(go.Scatter(
-                x=plot_time(series["ts"]), y=series[f"burn_rate_{window}"].to_numpy(), name=window,
-                legendgroup=window, showlegend=row == 1, mode="lines", line={"color": colour(i), "width": 1.5},
-                hovertemplate=f"{slo} {window}<br>%{{x}}<br>%{{y:.2f}}×<extra></extra>"), row=row, col=1)
+            traces.append({
+                "type": "scatter", "x": series["ts"], "y": series[f"burn_rate_{window}"].to_numpy(), "name": window,
+                "legendgroup": window, "showlegend": row == 1, "mode": "lines",
+                "line": {"color": colour(i), "width": 1.5}, "xaxis": x_ref, "yaxis": y_ref,
+                "hovertemplate": f"{slo} {window}<br>%{{x}}<br>%{{y:.2f}}×<extra></extra>"})
         for (label, factor), line_colour in zip(thresholds, threshold_colours, strict=True):
             shape, note = hline(factor, row, line_colour, label)
             shapes.append(shape)
             notes.append(note)
-    fig.update_yaxes(rangemode="tozero")
+    fig = grid_figure(traces, cells, title, x_title=TIME_AXIS, y_title="burn rate (×)", height=height,
+                      subtitle=subtitle, y_axis={"rangemode": "tozero"})
     return add_overlays(fig, shapes, notes)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
+from plotly.subplots import make_subplots
 
 from dashboards import data
 from dashboards.figures import (
@@ -23,6 +24,7 @@ from dashboards.figures import (
 from dashboards.posture_figures import findings_figure, posture_table_figure
 from dashboards.slo_figures import BURN_THRESHOLDS, burn_rate_figure, error_budget_figure, slo_table_figure
 from dashboards.style import NO_DATA
+from dashboards.subplots import grid
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -148,6 +150,47 @@ def test_offsets_draw_the_high_watermark_with_a_gap_while_offline_and_each_repli
     assert list(trace(fig, "broker 2 LEO").y) == [100, 100]
 
 
+
+def test_offsets_draw_each_partition_in_its_own_chart_with_shared_time_axes_per_column() -> None:
+    rows = [(ts(t), p, b, 10 * t, 10 * t + b) for p in (3, 7, 9) for b in (1, 2) for t in (0, 1)]
+    fig = offsets_figure(frame(data.OFFSET_COLUMNS, rows), "orders")
+    charts = {a.text: a for a in fig.layout.annotations}
+    assert list(charts) == ["partition 3", "partition 7", "partition 9"]
+    # Partition 9 is the third cell: x3/y3, the bottom of the first column, so it carries the time axis.
+    p9 = [t for t in fig.data if t.hovertemplate.startswith("p9 ")]
+    assert {(t.xaxis, t.yaxis) for t in p9} == {("x3", "y3")}
+    assert [t.name for t in p9] == ["high watermark", "broker 1 LEO", "broker 2 LEO"]
+    assert list(p9[2].y) == [2, 12]
+    assert fig.layout.xaxis.matches == "x3" and fig.layout.xaxis.showticklabels is False
+    assert fig.layout.xaxis3.matches is None and fig.layout.xaxis3.title.text == "time (UTC)"
+    assert fig.layout.xaxis2.matches is None  # partition 7 is alone in the second column: its own bottom
+    assert [fig.layout[f"yaxis{n}"].title.text for n in ("", "2", "3")] == ["offset"] * 3
+    assert sum(t.showlegend for t in fig.data) == 3  # one legend entry per series kind, not per chart
+    assert "template" not in fig.to_plotly_json()["layout"]
+
+
+@pytest.mark.parametrize(("cells", "cols"), [(6, 2), (12, 2), (4, 1)])
+def test_the_grid_lays_out_cells_as_make_subplots_does(cells: int, cols: int) -> None:
+    titles = [f"c{n}" for n in range(cells)]
+    rows = -(-cells // cols)
+    ours = grid(cells, cols, titles=titles, vertical_spacing=0.4 / rows).layout
+    theirs = make_subplots(rows=rows, cols=cols, shared_xaxes=True, vertical_spacing=0.4 / rows,
+                           subplot_titles=titles).layout.to_plotly_json()
+    theirs.pop("template", None)
+    for key, axis in theirs.items():
+        if key.startswith(("xaxis", "yaxis")):
+            assert ours[key]["domain"] == pytest.approx(axis["domain"]), key
+            assert ours[key].get("matches") == axis.get("matches"), key
+            assert ours[key].get("showticklabels", True) == axis.get("showticklabels", True), key
+    assert [a["text"] for a in ours["annotations"]] == [a["text"] for a in theirs["annotations"]]
+    for mine, made in zip(ours["annotations"], theirs["annotations"], strict=True):
+        assert (mine["x"], mine["y"]) == pytest.approx((made["x"], made["y"])), mine["text"]
+
+
+def test_a_grid_needs_a_title_per_cell() -> None:
+    with pytest.raises(ValueError, match="3 cells need 3 titles, got 2"):
+        grid(3, 2, titles=["a", "b"], vertical_spacing=0.1)
+
 def test_produce_errors_stack_per_acks_level() -> None:
     rejections = frame(data.REJECTION_COLUMNS, [(ts(0), "all", 6.0, 20.0), (ts(1), "all", 0.0, 20.0),
                                                 (ts(0), "1", 0.5, 5.0), (ts(1), "1", 0.0, 5.0)])
@@ -182,6 +225,7 @@ def test_burn_rates_per_window_with_the_page_and_ticket_thresholds_on_every_slo(
     assert [t.name for t in fig.data[:5]] == ["5m", "30m", "1h", "6h", "3d"]
     assert list(fig.data[5 + 2].y) == [0.0, 20.0]  # write-availability (second row), 1h
     assert fig.data[5 + 2].yaxis == "y2"
+    assert fig.layout.yaxis.rangemode == fig.layout.yaxis2.rangemode == "tozero"
     assert [(s.yref, s.y0) for s in fig.layout.shapes] == [
         (yref, factor) for yref in ("y", "y2") for factor in (14.4, 6.0, 1.0)]
     assert [label for label, _ in BURN_THRESHOLDS] == ["page 14.4× (1h & 5m)", "page 6× (6h & 30m)",
@@ -240,6 +284,12 @@ def test_an_empty_frame_gives_a_titled_figure_saying_no_data_yet(name: str, buil
     assert all(len(getattr(t, "x", None) or ()) == 0 for t in fig.data if not isinstance(t, go.Table))
     assert not any(isinstance(t, go.Table) for t in fig.data)
     fig.to_json()  # serialisable as it is
+
+
+@pytest.mark.parametrize(("name", "build"), EMPTY_BUILDERS, ids=[n for n, _ in EMPTY_BUILDERS])
+def test_figures_carry_no_plotly_template(name: str, build: Callable[[], go.Figure]) -> None:
+    # plotly.py's default template is ~6 KB per figure and doubled the browser's drawing time (style.py).
+    assert "template" not in build().to_plotly_json()["layout"]
 
 
 def test_the_empty_text_of_the_alerts_table_can_say_there_are_none() -> None:
