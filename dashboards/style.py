@@ -52,6 +52,11 @@ def axis_style(*, automargin: bool = True) -> dict[str, Any]:
             "automargin": automargin}
 
 
+def axis_title(text: str) -> dict[str, Any]:
+    """An axis title 15 px clear of its tick labels (plotly.js's default gap let a y title touch long labels)."""
+    return {"text": text, "standoff": 15}
+
+
 def label_margin(labels: list[str], *, minimum: int = 70) -> int:
     """A left margin (px) holding the longest category label at the figures' 12 px font and the axis title
     beside it: what automargin would grow it to, computed without a layout pass."""
@@ -67,10 +72,10 @@ def finish(fig: go.Figure, title: str, *, x_title: str | None, y_title: str | No
     fig.update_yaxes(**axis_style())
     if x_title is not None:
         bottom = _axis_names(fig, "x")[-1]
-        fig.layout[bottom].title = {"text": x_title}
+        fig.layout[bottom].title = axis_title(x_title)
     if y_title is not None:
         for name in _axis_names(fig, "y"):
-            fig.layout[name].title = {"text": y_title}
+            fig.layout[name].title = axis_title(y_title)
     return fig
 
 

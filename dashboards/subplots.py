@@ -13,7 +13,7 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from dashboards.style import axis_style, base_layout
+from dashboards.style import axis_style, axis_title, base_layout
 
 TITLE_FONT_SIZE = 16  # make_subplots' subplot title size
 
@@ -71,9 +71,9 @@ def grid_figure(traces: list[dict[str, Any]], layout: Grid, title: str, *, x_tit
     for key in [k for k in layout.layout if k.startswith(("xaxis", "yaxis"))]:
         spec[key] = {**spec[key], **axis_style(automargin=False)}  # the margins fit "10k"-style offsets
         if key.startswith("yaxis"):
-            spec[key].update(y_axis or {}, title={"text": y_title})
+            spec[key].update(y_axis or {}, title=axis_title(y_title))
         elif key == f"xaxis{last_x[1:]}":
-            spec[key]["title"] = {"text": x_title}
+            spec[key]["title"] = axis_title(x_title)
     fig = go.Figure(data=traces, layout=spec)
     fig.layout.template = None  # go.Figure puts the default template back: see dashboards/style.py
     return fig
