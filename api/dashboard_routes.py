@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
-from fastapi.concurrency import run_in_threadpool
+from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
 
 from api.deps import current_settings, get_reader, require_read
 from api.lakehouse import LakehouseReader
-from dashboards.html import ServedLinks, failed_body, plotly_js_path
+from dashboards.html import ServedLinks, failed_tail, plotly_js_path
 from dashboards.pages import (
     TOPIC_PREFIX,
     DashboardParams,
@@ -80,10 +80,11 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
     async def parts() -> AsyncIterator[str]:
         yield head
         try:
-            yield await run_in_threadpool(rest)
+            async for part in iterate_in_threadpool(rest()):  # each figure goes out as soon as it is built
+                yield part
         except Exception as e:  # the status line is sent: end the page with the error instead of a cut-off page
             log.exception("dashboard page %s failed", page)
-            yield failed_body(f"{type(e).__name__}: {e}")
+            yield failed_tail(f"{type(e).__name__}: {e}")
 
     return StreamingResponse(parts(), media_type="text/html; charset=utf-8")
 

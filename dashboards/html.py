@@ -1,9 +1,12 @@
 """The HTML of a dashboard page: a self-contained document (inline CSS and script, plotly.js local).
 
-The page embeds its first payload (`{"version", "scope", "figures"}`) and draws it on load, so it
-shows data without a second request. Served, it then polls its figures endpoint every
-`refresh_seconds` with `since=<version>` and redraws with `Plotly.react` only when the version changed;
-exported, it draws once and links to its sibling files.
+A page is written in parts, in the order a server can stream them: `document_head` (loads plotly.js),
+`body_start` (header, headings, and the drawing runtime), one `figure_section` per figure (its card and a
+script drawing it: the browser draws it while the server builds the next), and `body_end` (the page's
+version, and the script that reports the page drawn). The figures are embedded, so a page shows data without
+a second request. Served, it then polls its figures endpoint every `refresh_seconds` with `since=<version>`
+and redraws with `Plotly.react` only when the version changed; exported, it draws once and links to its
+sibling files.
 """
 
 from __future__ import annotations
@@ -58,14 +61,13 @@ box-shadow:0 1px 2px rgba(0,0,0,.06)}
 .isrwatch-table td{padding:5px 8px;border:1px solid #e5e7eb;vertical-align:top;overflow-wrap:anywhere}
 """
 
-SCRIPT = """
-(function () {
+# Defined where the body starts, before any figure arrives: each figure's own script (sent as soon as the server
+# built it) calls isrwatch.draw, so the browser draws the first figures while the server computes the others.
+RUNTIME = """
+window.isrwatch = (function () {
   "use strict";
-  var config = JSON.parse(document.getElementById("isrwatch-config").textContent);
   var plotConfig = {responsive: true, displaylogo: false};
-  var version = config.payload.version;
-  var status = document.getElementById("isrwatch-status");
-  var scopeText = document.getElementById("isrwatch-scope");
+  var drawing = [];
 
   function text(tag, content, className) {
     var el = document.createElement(tag);
@@ -111,24 +113,40 @@ SCRIPT = """
     return Promise.resolve();
   }
 
-  function draw(figures) {
-    var jobs = [];
-    Object.keys(figures).forEach(function (id) {
-      var div = document.getElementById("fig-" + id), figure = figures[id];
-      if (!div) { return; }
-      if (figure.data.length && figure.data[0].type === "table") {
-        jobs.push(drawTable(div, figure));
-        return;
-      }
-      if (div.classList.contains("isrwatch-table")) {   // was a table: plotly.js gets an empty div
-        div.textContent = "";
-        div.classList.remove("isrwatch-table");
-        div.style.minHeight = div.dataset.plotMinHeight || "";
-      }
-      jobs.push(Plotly.react(div, figure.data, figure.layout, plotConfig));
-    });
-    return Promise.all(jobs).then(function () { return jobs.length; });
+  function drawOne(id, figure) {
+    var div = document.getElementById("fig-" + id);
+    if (!div) { return Promise.resolve(); }
+    if (figure.data.length && figure.data[0].type === "table") { return drawTable(div, figure); }
+    if (div.classList.contains("isrwatch-table")) {   // was a table: plotly.js gets an empty div
+      div.textContent = "";
+      div.classList.remove("isrwatch-table");
+      div.style.minHeight = div.dataset.plotMinHeight || "";
+    }
+    return Plotly.react(div, figure.data, figure.layout, plotConfig);
   }
+
+  return {
+    // A figure of the page as it arrives.
+    draw: function (id, figure) { drawing.push(drawOne(id, figure)); },
+    // Every figure of a refreshed payload; resolves to how many were drawn.
+    redraw: function (figures) {
+      var jobs = Object.keys(figures).map(function (id) { return drawOne(id, figures[id]); });
+      return Promise.all(jobs).then(function () { return jobs.length; });
+    },
+    // Resolves to how many figures the page drew as it loaded, once all are drawn.
+    drawn: function () { return Promise.all(drawing).then(function () { return drawing.length; }); }
+  };
+})();
+"""
+
+# At the end of the body, after the last figure: report the page drawn, then poll for new figures.
+SCRIPT = """
+(function () {
+  "use strict";
+  var config = JSON.parse(document.getElementById("isrwatch-config").textContent);
+  var version = config.version;
+  var status = document.getElementById("isrwatch-status");
+  var scopeText = document.getElementById("isrwatch-scope");
 
   function describe(scope) {
     if (!scope.cluster || !scope.end) { return "no data yet"; }
@@ -141,7 +159,7 @@ SCRIPT = """
     status.className = failed ? "status error" : "status";
   }
 
-  draw(config.payload.figures).then(function (drawn) { window.isrwatchRendered = drawn; });
+  isrwatch.drawn().then(function (drawn) { window.isrwatchRendered = drawn; });
   if (!config.figuresUrl || !(config.refreshMs > 0)) { return; }
 
   var separator = config.figuresUrl.indexOf("?") >= 0 ? "&" : "?";
@@ -153,7 +171,7 @@ SCRIPT = """
       })
       .then(function (payload) {
         if (payload.version === version) { return null; }
-        return draw(payload.figures).then(function () {
+        return isrwatch.redraw(payload.figures).then(function () {
           version = payload.version;
           window.isrwatchRedraws = (window.isrwatchRedraws || 0) + 1;   // tests wait on it
           if (scopeText) { scopeText.textContent = describe(payload.scope); }
@@ -255,14 +273,6 @@ def topic_file_name(topic: str) -> str:
     return f"topic-{safe}.html"
 
 
-@dataclass(frozen=True)
-class PlotDiv:
-    """A plot div: its id, and its height in pixels (reserved so the page does not jump when drawn)."""
-
-    id: str
-    height: int
-
-
 def _json_for_script(value: Any) -> str:
     # "<" escaped so that no string in the data can close the <script> element.
     return json.dumps(value, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
@@ -284,18 +294,13 @@ def document_head(*, title: str, links: Links) -> str:
 """
 
 
-def document_body(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], scope_text: str, status_text: str,
-                  controls: str, body: str, figures: list[PlotDiv], payload: dict[str, Any], links: Links,
-                  figures_url: str | None, refresh_seconds: float) -> str:
-    """The rest of the page after `document_head`. `nav` is (label, href, current); `body` is trusted HTML
-    placed before the figures."""
+def body_start(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], scope_text: str, status_text: str,
+               controls: str, body: str, links: Links) -> str:
+    """The body up to its figures (after `document_head`). `nav` is (label, href, current); `body` is trusted
+    HTML placed before the figures."""
     current_class = ' class="current"'
     nav_html = "".join(f'<a href="{escape(href)}"{current_class if current else ""}>{escape(label)}</a>'
                        for label, href, current in nav)
-    divs = "".join(f'<section class="card"><div id="fig-{escape(f.id)}" class="figure" data-figure="{escape(f.id)}" '
-                   f'style="min-height:{f.height}px"></div></section>' for f in figures)
-    config = {"payload": payload, "figuresUrl": figures_url,
-              "refreshMs": round(refresh_seconds * 1000) if figures_url else 0}
     return f"""<body>
 <header>
 <a class="brand" href="{escape(links.index())}">isrwatch</a>
@@ -308,8 +313,25 @@ def document_body(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], 
 <p class="lead">{escape(lead)}</p>
 {controls}
 {body}
-{divs}
-</main>
+<script>{RUNTIME}</script>
+"""
+
+
+def figure_section(figure_id: str, figure: dict[str, Any]) -> str:
+    """One figure: its card (the plot's height reserved so the page does not jump when drawn) and the script
+    drawing it, which runs as soon as the browser has it."""
+    height = int(figure["layout"].get("height", 450))
+    return (f'<section class="card"><div id="fig-{escape(figure_id)}" class="figure" data-figure="{escape(figure_id)}" '
+            f'style="min-height:{height}px"></div></section>\n'
+            f'<script>isrwatch.draw({_json_for_script(figure_id)},{_json_for_script(figure)})</script>\n')
+
+
+def body_end(*, version: str, scope: dict[str, Any], figures_url: str | None, refresh_seconds: float) -> str:
+    """The body after its figures: the page's version (what a refresh compares) and the script reporting the
+    page drawn and polling `figures_url` every `refresh_seconds` (none: drawn once)."""
+    config = {"version": version, "scope": scope, "figuresUrl": figures_url,
+              "refreshMs": round(refresh_seconds * 1000) if figures_url else 0}
+    return f"""</main>
 <script id="isrwatch-config" type="application/json">{_json_for_script(config)}</script>
 <script>{SCRIPT}</script>
 </body>
@@ -317,10 +339,9 @@ def document_body(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], 
 """
 
 
-def failed_body(message: str) -> str:
-    """What a page whose head was already sent ends with when computing the rest failed."""
-    return (f'<body><main><h1>This page failed</h1><p class="empty">{escape(message)}</p></main>'
-            '</body></html>\n')
+def failed_tail(message: str) -> str:
+    """What a page whose first part was already sent ends with when computing the rest failed."""
+    return f'<p class="empty">This page failed: {escape(message)}</p></main></body></html>\n'
 
 
 def controls_form(cluster: str | None, window_minutes: int) -> str:

@@ -10,7 +10,7 @@ causes one redraw too many, never a missed one.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -33,11 +33,12 @@ from dashboards.figures import (
 from dashboards.html import (
     DEFAULT_REFRESH_SECONDS,
     Links,
-    PlotDiv,
     ServedLinks,
+    body_end,
+    body_start,
     controls_form,
-    document_body,
     document_head,
+    figure_section,
 )
 from dashboards.posture_figures import findings_figure, posture_table_figure
 from dashboards.scope import PARTITION_STATE, Scope, check_window_minutes, resolve_scope
@@ -67,7 +68,9 @@ class DashboardParams:
         return urlencode({k: v for k, v in values.items() if v is not None})
 
 
-Build = Callable[[LakehouseReader, Scope, str | None], dict[str, go.Figure]]
+# A page's figures, (id, figure), in the order the page shows them: yielded one at a time so that a served page
+# can send each to the browser as soon as it is built.
+Build = Callable[[LakehouseReader, Scope, str | None], Iterator[tuple[str, go.Figure]]]
 Body = Callable[[LakehouseReader, Scope, Links], str]
 
 
@@ -80,46 +83,48 @@ class Page:
     build: Build
     body: Body | None = None
 
+    @property
+    def has_figures(self) -> bool:
+        return self.build is not _no_figures
+
 
 # -- what each page draws ----------------------------------------------------------------------------------
-def _overview(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+def _overview(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
+    yield "partition-health", overview_figure(data.broker_metrics(reader, scope), data.data_loss_events(reader, scope))
     alerts_empty = "no pending or firing alerts" if scope.has_data and reader.exists(data.ALERTS) else NO_DATA
-    return {
-        "partition-health": overview_figure(data.broker_metrics(reader, scope), data.data_loss_events(reader, scope)),
-        "active-alerts": alerts_figure(data.active_alerts(reader, scope.cluster), empty_text=alerts_empty),
-    }
+    yield "active-alerts", alerts_figure(data.active_alerts(reader, scope.cluster), empty_text=alerts_empty)
 
 
-def _isr_heatmap(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+def _isr_heatmap(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
     cells = data.isr_cells(reader, scope)
-    return {"isr-heatmap": isr_heatmap_figure(cells.frame, bucket_seconds=cells.bucket_seconds,
-                                              partitions_total=cells.partitions_total)}
+    yield "isr-heatmap", isr_heatmap_figure(cells.frame, bucket_seconds=cells.bucket_seconds,
+                                            partitions_total=cells.partitions_total)
 
 
-def _topic(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+def _topic(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
     if topic is None:
         raise ValueError("topic is required for a topic page")
     state = data.topic_state(reader, scope, topic)
-    return {
-        "isr-membership": isr_membership_figure(data.isr_membership(state, scope), topic),
-        "offsets": offsets_figure(data.offsets(state, scope), topic),
-        "produce-errors": rejections_figure(data.topic_rejections(reader, scope, topic), topic),
-    }
+    yield "isr-membership", isr_membership_figure(data.isr_membership(state, scope), topic)
+    yield "offsets", offsets_figure(data.offsets(state, scope), topic)
+    yield "produce-errors", rejections_figure(data.topic_rejections(reader, scope, topic), topic)
 
 
-def _slos(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+def _slos(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
     status = data.slo_status(reader, scope)
-    return {"slo-status": slo_table_figure(status), "error-budget": error_budget_figure(status),
-            "burn-rates": burn_rate_figure(status)}
+    yield "slo-status", slo_table_figure(status)
+    yield "error-budget", error_budget_figure(status)
+    yield "burn-rates", burn_rate_figure(status)
 
 
-def _posture(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
+def _posture(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
     frame = data.posture(reader, scope.cluster)
-    return {"posture": posture_table_figure(frame), "findings": findings_figure(frame)}
+    yield "posture", posture_table_figure(frame)
+    yield "findings", findings_figure(frame)
 
 
-def _no_figures(reader: LakehouseReader, scope: Scope, topic: str | None) -> dict[str, go.Figure]:
-    return {}
+def _no_figures(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
+    yield from ()
 
 
 def _topic_index(reader: LakehouseReader, scope: Scope, links: Links) -> str:
@@ -195,23 +200,16 @@ def warm_up() -> None:
     figure_json(fig)
 
 
-@dataclass(frozen=True)
-class _Resolved:
-    page: Page
-    topic: str | None
-    scope: Scope
-    payload: dict[str, Any]
-
-
-def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, since: str | None, *,
-             topic_checked: bool = False) -> _Resolved:
+def _resolve(reader: LakehouseReader, path: str, params: DashboardParams, *, topic_checked: bool = False
+             ) -> tuple[Page, str | None, Scope, str]:
+    """The page, its topic, scope and version token. The token is taken before anything is read (module
+    docstring)."""
     page, topic = resolve_page(path)
     token = version_token(reader, page)
     scope = resolve_scope(reader, params.cluster or None, params.window_minutes)
     if topic is not None and not topic_checked:
         _check_topic(reader, topic, scope)
-    figures = {} if since == token else _built_figures(reader, page, topic, scope, token)
-    return _Resolved(page, topic, scope, {"version": token, "scope": _scope_json(scope), "figures": figures})
+    return page, topic, scope, token
 
 
 def _check_topic(reader: LakehouseReader, topic: str, scope: Scope) -> None:
@@ -222,16 +220,21 @@ def _check_topic(reader: LakehouseReader, topic: str, scope: Scope) -> None:
 _BUILT: Lru[dict[str, Any]] = Lru(64)
 
 
-def _built_figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope,
-                   token: str) -> dict[str, Any]:
-    """A page's figures as JSON, remembered for its version token and scope: every open dashboard polls,
-    and until a table it reads changes they all get the same figures without rebuilding them."""
+def _figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope,
+             token: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """A page's figures as JSON, each as soon as it is built, remembered (once all are) for its version token
+    and scope: every open dashboard polls, and until a table it reads changes they all get the same figures
+    without rebuilding them."""
     key = (id(reader), reader.root, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
-    figures = _BUILT.get(key)
-    if figures is None:
-        figures = {fid: figure_json(fig) for fid, fig in page.build(reader, scope, topic).items()}
-        _BUILT.put(key, figures)
-    return figures
+    built = _BUILT.get(key)
+    if built is not None:
+        yield from built.items()
+        return
+    built = {}
+    for fid, fig in page.build(reader, scope, topic):
+        built[fid] = figure_json(fig)
+        yield fid, built[fid]
+    _BUILT.put(key, built)
 
 
 def page_payload(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
@@ -239,7 +242,9 @@ def page_payload(reader: LakehouseReader, page: str, params: DashboardParams | N
     """`{"version", "scope", "figures": {id: figure JSON}}` of a page; `figures` is empty when `since`
     is the current version (the client already shows it). Raises UnknownPage, UnknownTopic, and
     ValueError/TypeError for a bad window."""
-    return _resolve(reader, page, params or DashboardParams(), since).payload
+    found, topic, scope, token = _resolve(reader, page, params or DashboardParams())
+    figures = {} if since == token else dict(_figures(reader, found, topic, scope, token))
+    return {"version": token, "scope": _scope_json(scope), "figures": figures}
 
 
 # -- HTML --------------------------------------------------------------------------------------------------
@@ -260,15 +265,16 @@ def render_page(reader: LakehouseReader, page: str, params: DashboardParams | No
     """The HTML of a page. Served (default links) it polls its figures every `refresh_seconds` (0: never);
     with `StaticLinks` it is a standalone file. Raises like `page_payload`."""
     head, rest = page_parts(reader, page, params, links=links, refresh_seconds=refresh_seconds)
-    return head + rest()
+    return head + "".join(rest())
 
 
 def page_parts(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
                links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS
-               ) -> tuple[str, Callable[[], str]]:
-    """A page as its head, which needs no figures (so a server can send it at once), and a function computing
-    the rest. What would make the page a 404 (an unknown page or topic, a bad window) raises here, before
-    anything is sent."""
+               ) -> tuple[str, Callable[[], Iterator[str]]]:
+    """A page as its head, which needs no figures (so a server can send it at once), and a function giving
+    the rest in parts: the body up to the figures, then each figure (with the script drawing it) as soon as it
+    is built, then the end. What would make the page a 404 (an unknown page or topic, a bad window) raises
+    here, before anything is sent."""
     if refresh_seconds < 0:
         raise ValueError(f"refresh_seconds must be >= 0, got {refresh_seconds}")
     params = params or DashboardParams()
@@ -280,17 +286,19 @@ def page_parts(reader: LakehouseReader, page: str, params: DashboardParams | Non
         check_window_minutes(params.window_minutes)
     heading = f"Topic {topic}" if topic is not None else found.title
 
-    def rest() -> str:
-        r = _resolve(reader, page, params, since=None, topic_checked=True)
-        figures_url = links.figures(page) if r.payload["figures"] and refresh_seconds > 0 else None
-        figures = [PlotDiv(fid, int(fig["layout"].get("height", 450))) for fid, fig in r.payload["figures"].items()]
+    def rest() -> Iterator[str]:
+        found, topic, scope, token = _resolve(reader, page, params, topic_checked=True)
+        figures_url = links.figures(page) if found.has_figures and refresh_seconds > 0 else None
         served = isinstance(links, ServedLinks)
-        return document_body(
-            heading=heading, lead=r.page.description, nav=_nav(links, r.page.slug),
-            scope_text=_scope_text(r.scope), status_text=_status_text(served, figures_url, refresh_seconds),
-            controls=controls_form(params.cluster, r.scope.window_minutes) if served else "",
-            body=r.page.body(reader, r.scope, links) if r.page.body else "", figures=figures, payload=r.payload,
-            links=links, figures_url=figures_url, refresh_seconds=refresh_seconds)
+        yield body_start(
+            heading=heading, lead=found.description, nav=_nav(links, found.slug), scope_text=_scope_text(scope),
+            status_text=_status_text(served, figures_url, refresh_seconds),
+            controls=controls_form(params.cluster, scope.window_minutes) if served else "",
+            body=found.body(reader, scope, links) if found.body else "", links=links)
+        for fid, figure in _figures(reader, found, topic, scope, token):
+            yield figure_section(fid, figure)
+        yield body_end(version=token, scope=_scope_json(scope), figures_url=figures_url,
+                       refresh_seconds=refresh_seconds)
 
     return document_head(title=heading, links=links), rest
 
@@ -305,12 +313,13 @@ def render_index(reader: LakehouseReader, params: DashboardParams | None = None,
                     f'<span>{escape(p.description)}</span></a>' for p in PAGES.values())
     body = f'<div class="grid">{cards}</div><h1>Topics</h1>{_topic_index(reader, scope, links)}'
     served = isinstance(links, ServedLinks)
-    return document_head(title="Dashboards", links=links) + document_body(
-        heading="Dashboards", lead="Kafka durability: ISR health, data loss, SLOs and posture.",
-        nav=_nav(links, ""), scope_text=_scope_text(scope), status_text="" if served else "exported snapshot",
-        controls=controls_form(params.cluster, scope.window_minutes) if served else "", body=body, figures=[],
-        payload={"version": "", "scope": _scope_json(scope), "figures": {}}, links=links, figures_url=None,
-        refresh_seconds=0)
+    return (document_head(title="Dashboards", links=links)
+            + body_start(heading="Dashboards", lead="Kafka durability: ISR health, data loss, SLOs and posture.",
+                         nav=_nav(links, ""), scope_text=_scope_text(scope),
+                         status_text="" if served else "exported snapshot",
+                         controls=controls_form(params.cluster, scope.window_minutes) if served else "", body=body,
+                         links=links)
+            + body_end(version="", scope=_scope_json(scope), figures_url=None, refresh_seconds=0))
 
 
 def _status_text(served: bool, figures_url: str | None, refresh_seconds: float) -> str:

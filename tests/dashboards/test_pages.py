@@ -84,7 +84,9 @@ def test_a_served_page_loads_local_plotly_and_polls_its_figures(reader: Lakehous
     config = _config(html)
     assert config["figuresUrl"] == "/api/v1/dashboards/topics/orders/figures?cluster=c1&window_minutes=5"
     assert config["refreshMs"] == 2000
-    assert list(config["payload"]["figures"]) == FIGURES["topics/orders"]
+    payload = page_payload(reader, "topics/orders", params)
+    assert config["version"] == payload["version"]
+    assert _drawn(html) == payload["figures"]  # each figure's own script draws exactly what the API serves
     assert "window.isrwatchRendered = drawn" in html and "Plotly.react" in html
     assert 'href="/dashboards/slos?cluster=c1&amp;window_minutes=5"' in html
 
@@ -127,13 +129,22 @@ def test_export_writes_every_page_and_topic_with_local_plotly_and_relative_links
         for href in re.findall(r'href="([^"]+)"', html):
             assert href == "data:," or (out / href).is_file(), (path.name, href)
         assert _config(html)["figuresUrl"] is None  # drawn once from the embedded figures
-    overview = _config((out / "overview.html").read_text(encoding="utf-8"))
-    assert list(overview["payload"]["figures"]) == FIGURES["overview"]
+    assert list(_drawn((out / "overview.html").read_text(encoding="utf-8"))) == FIGURES["overview"]
 
 
 def test_exported_topic_files_stay_in_the_directory() -> None:
     assert topic_file_name("orders.v2-eu_1") == "topic-orders.v2-eu_1.html"
     assert topic_file_name("../../etc/passwd") == "topic-.._.._etc_passwd.html"
+
+
+def _drawn(html: str) -> dict[str, Any]:
+    """The figures a page's scripts draw as it loads, by id, in page order, each after its div."""
+    drawn = {}
+    for fid, figure in re.findall(r'<script>isrwatch\.draw\(("[^"]+"),(.*?)\)</script>', html):
+        fid = json.loads(fid)
+        assert html.index(f'id="fig-{fid}"') < html.index(f"isrwatch.draw({json.dumps(fid)},")
+        drawn[fid] = json.loads(figure)
+    return drawn
 
 
 def _config(html: str) -> dict[str, Any]:

@@ -133,25 +133,32 @@ def _get_raw(app: FastAPI, path: str, query: bytes, sent: list[dict[str, Any]]) 
     asyncio.run(app(scope, receive, send))
 
 
-def test_a_page_sends_its_head_before_computing_its_figures(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The browser can fetch and compile plotly.js while the server builds the figures."""
-    built_when: list[int] = []
+def test_a_page_sends_its_head_before_computing_its_figures_and_each_figure_once_built(
+        lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The browser can fetch and compile plotly.js while the server builds the figures, and draw the first
+    figure while the server builds the next."""
+    built_when: list[tuple[str, int]] = []
     sent: list[dict[str, Any]] = []
     overview = PAGES["overview"]
 
-    def build(*args: Any) -> dict[str, Any]:
-        built_when.append(len(sent))
-        return overview.build(*args)
+    def build(*args: Any) -> Iterator[tuple[str, Any]]:
+        for fid, fig in overview.build(*args):
+            built_when.append((fid, len(sent)))
+            yield fid, fig
 
     monkeypatch.setitem(PAGES, "overview", dataclasses.replace(overview, build=build))
     _get_raw(app_over(lake), "/dashboards/overview", b"window_minutes=17", sent)
-    bodies = [m for m in sent if m["type"] == "http.response.body"]
-    head = bytes(bodies[0]["body"]).decode()
+    bodies = [bytes(m["body"]).decode() for m in sent if m["type"] == "http.response.body"]
     assert sent[0]["status"] == 200
+    head, start, first, second, end = bodies[:5]
     assert head.startswith("<!doctype html>") and head.rstrip().endswith("</head>") and "plotly.min.js" in head
-    page = "".join(bytes(m["body"]).decode() for m in bodies)
-    assert built_when == [2]   # built once, after the response start and the head were sent
-    assert '"partition-health"' in page and page.rstrip().endswith("</html>")
+    assert "<h1>Overview</h1>" in start and "window.isrwatch = " in start and "isrwatch.draw(" not in start
+    # Message 3 (after the start, the head and the body's start) is the first figure: sent before the second
+    # figure was built.
+    assert built_when == [("partition-health", 3), ("active-alerts", 4)]
+    assert first.count("isrwatch.draw(") == 1 and 'isrwatch.draw("partition-health",' in first
+    assert second.count("isrwatch.draw(") == 1 and 'isrwatch.draw("active-alerts",' in second
+    assert 'id="isrwatch-config"' in end and end.rstrip().endswith("</html>")
 
 
 def test_a_page_that_fails_after_its_head_ends_with_the_error(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
