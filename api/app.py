@@ -33,6 +33,7 @@ async def _warm_up_dashboards(app: FastAPI) -> AsyncIterator[None]:
     gc.collect()
     gc.freeze()
     yield
+    gc.unfreeze()  # a process that starts another app (tests) must not keep this one's objects forever
 
 
 def create_app(settings: PipelineSettings) -> FastAPI:

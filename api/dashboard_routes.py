@@ -79,12 +79,14 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
 
     async def parts() -> AsyncIterator[str]:
         yield head
+        body_started = False
         try:
             async for part in iterate_in_threadpool(rest()):  # each figure goes out as soon as it is built
+                body_started = True
                 yield part
         except Exception as e:  # the status line is sent: end the page with the error instead of a cut-off page
             log.exception("dashboard page %s failed", page)
-            yield failed_tail(f"{type(e).__name__}: {e}")
+            yield failed_tail(f"{type(e).__name__}: {e}", body_started=body_started)
 
     return StreamingResponse(parts(), media_type="text/html; charset=utf-8")
 

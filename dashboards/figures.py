@@ -266,8 +266,10 @@ def offsets_figure(offsets: pd.DataFrame, topic: str) -> go.Figure:
                 "xaxis": x_ref, "yaxis": y_ref})
             shown.add(label)
     rows = math.ceil(len(partitions) / 2)
+    # An offset's tick label has at most its digits (plotly.js may write 1.234567B for a narrow range near 1e9).
+    widest = str(int(max(offsets["log_end_offset"].max(), offsets["high_watermark"].max(), 0)))
     return grid_figure(traces, cells, title, x_title=TIME_AXIS, y_title="offset", height=max(340, 120 + 220 * rows),
-                       subtitle=subtitle)
+                       subtitle=subtitle, y_labels=[widest])
 
 
 def rejections_figure(rejections: pd.DataFrame, topic: str) -> go.Figure:

@@ -27,6 +27,7 @@ DEFAULT_REFRESH_SECONDS = 5
 
 CSS = """
 *{box-sizing:border-box}
+html{scrollbar-gutter:stable}/* a figure drawn while the page streams keeps its width when a scrollbar appears */
 body{margin:0;font-family:system-ui,-apple-system,'Segoe UI',Roboto,sans-serif;background:#f3f4f6;color:#111827}
 header{background:#111827;color:#f9fafb;padding:0 20px;display:flex;flex-wrap:wrap;align-items:center;gap:4px 18px}
 header .brand{font-weight:700;font-size:17px;padding:12px 0;color:#f9fafb;text-decoration:none}
@@ -339,9 +340,11 @@ def body_end(*, version: str, scope: dict[str, Any], figures_url: str | None, re
 """
 
 
-def failed_tail(message: str) -> str:
-    """What a page whose first part was already sent ends with when computing the rest failed."""
-    return f'<p class="empty">This page failed: {escape(message)}</p></main></body></html>\n'
+def failed_tail(message: str, *, body_started: bool) -> str:
+    """What a page whose head (and, if `body_started`, the start of its body) was already sent ends with when
+    computing the rest failed."""
+    tail = f'<p class="empty">This page failed: {escape(message)}</p></main></body></html>\n'
+    return tail if body_started else f"<body><main><h1>This page failed</h1>{tail}"
 
 
 def controls_form(cluster: str | None, window_minutes: int) -> str:

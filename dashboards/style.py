@@ -46,7 +46,7 @@ def base_layout(title: str, *, height: int, subtitle: str | None = None) -> dict
 
 def axis_style(*, automargin: bool = True) -> dict[str, Any]:
     """Axes without tick marks, light grid. `automargin` grows the margins to fit tick labels; it costs
-    plotly.js a second layout pass per axis (the 12-chart offsets grid drew in ~170 ms with it, ~90 ms
+    plotly.js a second layout pass per axis (the 12-chart offsets grid drew in ~170 ms with it, ~100 ms
     without), so large figures turn it off and size their margins themselves (`label_margin`)."""
     return {"gridcolor": GRID, "zeroline": False, "showline": True, "linecolor": GRID, "ticks": "",
             "automargin": automargin}
@@ -57,10 +57,14 @@ def axis_title(text: str) -> dict[str, Any]:
     return {"text": text, "standoff": 15}
 
 
+MAX_LABEL_MARGIN = 360  # px: a 249-character topic name must not squeeze the chart away
+
+
 def label_margin(labels: list[str], *, minimum: int = 70) -> int:
-    """A left margin (px) holding the longest category label at the figures' 12 px font and the axis title
-    beside it: what automargin would grow it to, computed without a layout pass."""
-    return max(minimum, 45 + 7 * max((len(label) for label in labels), default=0))
+    """A left margin (px) holding the longest label at the figures' 12 px font and the axis title beside it:
+    what automargin would grow it to, computed without a layout pass, and at most MAX_LABEL_MARGIN (longer
+    labels are cut at the figure's edge; hovering shows them whole)."""
+    return min(MAX_LABEL_MARGIN, max(minimum, 45 + 7 * max((len(label) for label in labels), default=0)))
 
 
 def finish(fig: go.Figure, title: str, *, x_title: str | None, y_title: str | None, height: int,
@@ -99,7 +103,7 @@ def add_overlays(fig: go.Figure, shapes: list[dict[str, Any]], annotations: list
 
 
 def axis_ref(letter: str, row: int) -> str:
-    """The axis reference of a subplot row in a one-column grid: x, x2, … (y, y2, …)."""
+    """The axis reference of subplot `row` (a row in one column, or a cell counted row-major): x, x2, …"""
     return letter if row == 1 else f"{letter}{row}"
 
 

@@ -40,6 +40,7 @@ def test_start_up_freezes_what_it_built_out_of_the_collectors_reach(tmp_path: An
     with TestClient(create_app(api_settings(str(tmp_path / "lake")))) as c:
         assert gc.get_freeze_count() > 0
         assert c.get("/healthz").status_code == 200
+    assert gc.get_freeze_count() == 0  # for the app's lifetime only: a later app's garbage stays collectable
 
 
 def test_health_and_readiness(client: TestClient, tmp_path: Any) -> None:

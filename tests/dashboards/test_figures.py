@@ -23,7 +23,7 @@ from dashboards.figures import (
 )
 from dashboards.posture_figures import findings_figure, posture_table_figure
 from dashboards.slo_figures import BURN_THRESHOLDS, burn_rate_figure, error_budget_figure, slo_table_figure
-from dashboards.style import NO_DATA
+from dashboards.style import MAX_LABEL_MARGIN, NO_DATA, label_margin
 from dashboards.subplots import grid
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -187,9 +187,31 @@ def test_the_grid_lays_out_cells_as_make_subplots_does(cells: int, cols: int) ->
         assert (mine["x"], mine["y"]) == pytest.approx((made["x"], made["y"])), mine["text"]
 
 
-def test_a_grid_needs_a_title_per_cell() -> None:
+def test_a_grid_needs_a_title_per_cell_and_room_for_its_rows() -> None:
     with pytest.raises(ValueError, match="3 cells need 3 titles, got 2"):
         grid(3, 2, titles=["a", "b"], vertical_spacing=0.1)
+    with pytest.raises(ValueError, match=r"vertical_spacing 0.08 leaves no height for 14 rows: at most 0.0769"):
+        grid(14, 1, titles=[str(n) for n in range(14)], vertical_spacing=0.08)
+
+
+def test_an_odd_grid_leaves_no_empty_cell_and_each_column_shows_its_own_time_axis() -> None:
+    layout = grid(5, 2, titles=list("abcde"), vertical_spacing=0.1).layout
+    assert "xaxis6" not in layout
+    # Column 1's bottom is cell 5 (row 3), column 2's is cell 4 (row 2): each shows tick labels, the rest follow.
+    assert [layout[k].get("matches") for k in ("xaxis", "xaxis3", "xaxis5")] == ["x5", "x5", None]
+    assert [layout[k].get("matches") for k in ("xaxis2", "xaxis4")] == ["x4", None]
+    assert layout["xaxis4"].get("showticklabels", True) and not layout["xaxis2"]["showticklabels"]
+
+
+def test_label_margins_fit_the_labels_up_to_a_cap() -> None:
+    assert label_margin(["p1 · broker 2"]) == 45 + 7 * 13
+    assert label_margin(["x"]) == 70
+    assert label_margin(["t" * 249]) == MAX_LABEL_MARGIN
+
+
+def test_the_offsets_margin_fits_the_largest_offset() -> None:
+    rows = [(ts(t), 0, 1, 1_234_567_890 + t, 1_234_567_890 + t) for t in (0, 1)]
+    assert offsets_figure(frame(data.OFFSET_COLUMNS, rows), "orders").layout.margin.l == 45 + 7 * 10
 
 def test_produce_errors_stack_per_acks_level() -> None:
     rejections = frame(data.REJECTION_COLUMNS, [(ts(0), "all", 6.0, 20.0), (ts(1), "all", 0.0, 20.0),

@@ -171,3 +171,17 @@ def test_a_page_that_fails_after_its_head_ends_with_the_error(lake: Path, monkey
     assert r.status_code == 200   # the status line went with the head
     assert r.text.startswith("<!doctype html>") and r.text.rstrip().endswith("</html>")
     assert "This page failed" in r.text and "RuntimeError: the figure broke" in r.text
+    assert r.text.count("<body>") == 1 and "<h1>Overview</h1>" in r.text  # inside the body already sent
+
+
+def test_a_page_that_fails_before_its_body_still_gets_a_body(lake: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def body(*args: object) -> str:
+        raise RuntimeError("the topic index broke")
+
+    monkeypatch.setitem(PAGES, "topics", dataclasses.replace(PAGES["topics"], body=body))
+    with TestClient(app_over(lake)) as c:
+        r = c.get("/dashboards/topics", params={"window_minutes": 18})
+    assert r.status_code == 200
+    assert r.text.count("<body>") == 1 and r.text.index("</head>") < r.text.index("<body>")
+    assert "<h1>This page failed</h1>" in r.text and "RuntimeError: the topic index broke" in r.text
+    assert r.text.rstrip().endswith("</html>")
