@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from api import routes_alerts, routes_health, routes_query, routes_silences, routes_slos, routes_topics
 from api.errors import install_handlers
 from api.lakehouse import LakehouseReader
+from api.page_keeper import PageKeeper
 from api.response_cache import ResponseCache, ResponseCacheMiddleware
 from isrwatch.settings import PipelineSettings
 from isrwatch.silence_store import SilenceStore
@@ -22,7 +23,7 @@ TOKEN_ENV = "ISRWATCH_API_TOKEN"
 
 
 @asynccontextmanager
-async def _warm_up_dashboards(app: FastAPI) -> AsyncIterator[None]:
+async def _dashboards_lifespan(app: FastAPI) -> AsyncIterator[None]:
     from dashboards.pages import warm_up
 
     await run_in_threadpool(warm_up)
@@ -32,8 +33,15 @@ async def _warm_up_dashboards(app: FastAPI) -> AsyncIterator[None]:
     # 80-105 ms in two of three runs (collections stalling the event loop); frozen, 10-14 ms, as without it.
     gc.collect()
     gc.freeze()
-    yield
-    gc.unfreeze()  # a process that starts another app (tests) must not keep this one's objects forever
+    keeper: PageKeeper | None = app.state.page_keeper
+    if keeper is not None:
+        keeper.start()
+    try:
+        yield
+    finally:
+        if keeper is not None:
+            await run_in_threadpool(keeper.stop)
+        gc.unfreeze()  # a process that starts another app (tests) must not keep this one's objects forever
 
 
 def create_app(settings: PipelineSettings) -> FastAPI:
@@ -42,7 +50,7 @@ def create_app(settings: PipelineSettings) -> FastAPI:
     api = settings.api
     if api.token is None and os.environ.get(TOKEN_ENV):
         api = api.model_validate({**api.model_dump(), "token": os.environ[TOKEN_ENV]})
-    app = FastAPI(title="isrwatch", version="0.1.0", lifespan=_warm_up_dashboards,
+    app = FastAPI(title="isrwatch", version="0.1.0", lifespan=_dashboards_lifespan,
                   description="Kafka durability analytics: alerts, durability SLOs, configuration posture, "
                               "partition state and read-only SQL over the isrwatch lakehouse.")
     app.state.settings = api
@@ -50,6 +58,8 @@ def create_app(settings: PipelineSettings) -> FastAPI:
     app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh_seconds)
     app.state.slos = load_slos(settings.slo.specs)
     app.state.responses = ResponseCache()
+    app.state.page_keeper = (PageKeeper(app.state.reader, api.dashboard_prebuild_seconds)
+                             if api.dashboard_prebuild_seconds > 0 else None)
     app.add_middleware(ResponseCacheMiddleware)
     install_handlers(app)
     from api import dashboard_routes  # after the API routes: the dashboards own `/`

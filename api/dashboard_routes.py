@@ -18,10 +18,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, HTMLResponse, Response, StreamingResponse
 
 from api.deps import current_settings, get_reader, require_read
 from api.lakehouse import LakehouseReader
+from api.page_keeper import PageKeeper
 from dashboards.html import ServedLinks, failed_tail, plotly_js_path
 from dashboards.pages import (
     TOPIC_PREFIX,
@@ -29,7 +30,7 @@ from dashboards.pages import (
     UnknownPage,
     UnknownTopic,
     page_parts,
-    page_payload,
+    page_payload_json,
     render_index,
 )
 from dashboards.scope import DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES
@@ -76,6 +77,7 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
                                              refresh_seconds=refresh)
     except (UnknownPage, UnknownTopic) as e:
         raise HTTPException(404, str(e)) from None
+    _opened(request, page, params)
 
     async def parts() -> AsyncIterator[str]:
         yield head
@@ -91,11 +93,20 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
     return StreamingResponse(parts(), media_type="text/html; charset=utf-8")
 
 
-def _figures(reader: LakehouseReader, page: str, params: DashboardParams, since: str | None) -> JSONResponse:
+def _opened(request: Request, page: str, params: DashboardParams) -> None:
+    keeper: PageKeeper | None = getattr(request.app.state, "page_keeper", None)  # none: prebuilding is off
+    if keeper is not None:
+        keeper.opened(page, params)
+
+
+def _figures(request: Request, reader: LakehouseReader, page: str, params: DashboardParams,
+             since: str | None) -> Response:
     try:
-        return JSONResponse(page_payload(reader, page, params, since=since), headers={"Cache-Control": "no-store"})
+        payload = page_payload_json(reader, page, params, since=since)
     except (UnknownPage, UnknownTopic) as e:
         raise HTTPException(404, str(e)) from None
+    _opened(request, page, params)
+    return Response(payload, media_type="application/json", headers={"Cache-Control": "no-store"})
 
 
 @router.get("/", response_class=HTMLResponse, summary="Index of the dashboards")
@@ -121,15 +132,15 @@ async def dashboard_page(request: Request, reader: ReaderDep, settings: Settings
 
 
 @router.get("/api/v1/dashboards/topics/{topic}/figures", summary="A topic dashboard's figures")
-def topic_figures(reader: ReaderDep, topic: TopicName, cluster: ClusterQuery = None,
-                  window_minutes: WindowQuery = None, since: SinceQuery = None) -> JSONResponse:
-    return _figures(reader, f"{TOPIC_PREFIX}{topic}", _params(cluster, window_minutes), since)
+def topic_figures(request: Request, reader: ReaderDep, topic: TopicName, cluster: ClusterQuery = None,
+                  window_minutes: WindowQuery = None, since: SinceQuery = None) -> Response:
+    return _figures(request, reader, f"{TOPIC_PREFIX}{topic}", _params(cluster, window_minutes), since)
 
 
 @router.get("/api/v1/dashboards/{page}/figures", summary="A dashboard page's figures")
-def page_figures(reader: ReaderDep, page: PageName, cluster: ClusterQuery = None,
-                 window_minutes: WindowQuery = None, since: SinceQuery = None) -> JSONResponse:
-    return _figures(reader, page, _params(cluster, window_minutes), since)
+def page_figures(request: Request, reader: ReaderDep, page: PageName, cluster: ClusterQuery = None,
+                 window_minutes: WindowQuery = None, since: SinceQuery = None) -> Response:
+    return _figures(request, reader, page, _params(cluster, window_minutes), since)
 
 
 @router.get("/static/plotly.min.js", summary="plotly.js, from the installed plotly package")

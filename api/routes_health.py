@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import get_reader
@@ -24,7 +24,7 @@ def healthz() -> dict[str, str]:
 
 @router.get("/readyz", summary="Readiness: the lakehouse is reachable and has the tables the API reads",
             responses={503: {"description": "not ready: the body names the missing tables"}})
-def readyz(reader: Annotated[LakehouseReader, Depends(get_reader)]) -> Any:
+def readyz(request: Request, reader: Annotated[LakehouseReader, Depends(get_reader)]) -> Any:
     try:
         missing = [t for t in REQUIRED if not reader.exists(t)]
     except OSError as e:
@@ -32,4 +32,8 @@ def readyz(reader: Annotated[LakehouseReader, Depends(get_reader)]) -> Any:
     if missing:
         return JSONResponse({"status": "not ready", "detail": f"missing tables: {', '.join(missing)}",
                              "missing": missing}, status_code=503)
-    return {"status": "ready", "lakehouse": reader.root, "tables": reader.tables()}
+    keeper = getattr(request.app.state, "page_keeper", None)
+    prebuild = ({"prebuild": "off"} if keeper is None else
+                {"prebuild": "on", "passes": keeper.passes, "pages_built": keeper.builds,
+                 "last_pass_built": keeper.last_pass_built})
+    return {"status": "ready", "lakehouse": reader.root, "tables": reader.tables(), "dashboards": prebuild}

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/api.py [--data bench/.data/api-lakehouse] [--rebuild] [--requests 2000]
                                   [--clients 50] [--client raw|httpx] [--page-loads 3] [--skip-load] [--skip-dashboards]
+                                  [--skip-on-request]
 
 1. Lakehouse: a simulated day of a 30-broker cluster (bench/api_lakehouse.py: a 4 h emulated window
    replicated to 24 h in bronze, then the real pipeline, available-now). Built once into `--data` and
@@ -18,7 +19,9 @@
 3. Dashboards: each page in headless Chromium (playwright, Debian's /usr/bin/chromium), from `page.goto`
    to `window.isrwatchRendered` being set (the page's plots drawn): the first load in a fresh browser
    context (plotly.js not cached) and the median of the following loads in the same context, with the
-   time the HTML alone takes over HTTP.
+   time the HTML alone takes over HTTP. The server's page keeper builds the default pages' figures ahead;
+   side by side, each page's first load from a second server with the keeper off (figures built when the
+   page asks; `--skip-on-request` leaves it out).
 The load generator and Chromium share the machine's cores with the server. Figures are printed, never asserted.
 """
 
@@ -43,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import httpx  # noqa: E402
+import yaml  # noqa: E402
 from api_lakehouse import TOPICS, build  # noqa: E402
 
 API_P99_TARGET_MS = 50.0
@@ -99,12 +103,18 @@ def _free_port() -> int:
 class Server:
     """`isrwatch serve` in a subprocess of its own (stopped by its pid only)."""
 
-    def __init__(self, data: Path, port: int) -> None:
+    def __init__(self, data: Path, port: int, *, prebuild: bool = True) -> None:
         self.base = f"http://127.0.0.1:{port}"
-        self.log = open(data / "serve.log", "w")  # noqa: SIM115 (open while the server runs; closed in stop())
-        self.proc = subprocess.Popen([str(Path(sys.executable).parent / "isrwatch"), "serve", "--lakehouse",
-                                      str(data), "--port", str(port)], cwd=ROOT, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        name = "serve" if prebuild else "serve-on-request"
+        self.log = open(data / f"{name}.log", "w")  # noqa: SIM115 (open while the server runs; closed in stop())
+        argv = [str(Path(sys.executable).parent / "isrwatch"), "serve", "--lakehouse", str(data), "--port", str(port)]
+        if not prebuild:  # the shipped settings with the page keeper off: figures built only when a page asks
+            settings = yaml.safe_load((ROOT / "conf" / "pipeline.yaml").read_text())
+            settings["api"]["dashboard_prebuild_seconds"] = 0
+            config = data / f"{name}.yaml"
+            config.write_text(yaml.safe_dump(settings))
+            argv += ["--config", str(config)]
+        self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout_s: float = 90) -> float:
         began = time.monotonic()
@@ -306,13 +316,55 @@ def load_phase(server: Server, requests: int, clients: int, client: str = "raw",
 
 
 # -- dashboards -----------------------------------------------------------------------------------------
-def dashboards_phase(server: Server, page_loads: int) -> None:
+def wait_prebuilt(server: Server, timeout_s: float = 300) -> float:
+    """Seconds until the server's page keeper has every page it keeps built (GET /readyz: a pass that built
+    nothing, after the first)."""
+    began = time.monotonic()
+    while time.monotonic() - began < timeout_s:
+        dashboards = httpx.get(f"{server.base}/readyz", timeout=60).json().get("dashboards", {})
+        if dashboards.get("passes", 0) >= 2 and dashboards.get("last_pass_built") == 0:
+            return time.monotonic() - began
+        time.sleep(0.5)
+    raise SystemExit(f"the page keeper did not settle within {timeout_s:.0f} s; see {server.log.name}")
+
+
+def _page_loads(browser: Any, base: str, path: str, loads: int) -> dict[str, Any]:
+    """`loads` loads of a page in one fresh browser context: seconds from goto to the plots drawn, and for each
+    load when its HTML was all in and when DOMContentLoaded ended (from the navigation's start)."""
+    from playwright.sync_api import Error as PlaywrightError
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    out: dict[str, Any] = {"times": [], "phases": [], "drawn": None, "html_bytes": 0, "failure": None}
+    try:
+        for _ in range(loads):
+            t0 = time.perf_counter()
+            try:
+                response = page.goto(f"{base}{path}", timeout=60_000)
+                if response is None or response.status != 200:
+                    out["failure"] = f"HTTP {response.status if response else '?'}"
+                    break
+                page.wait_for_function("window.isrwatchRendered !== undefined", timeout=60_000)
+            except PlaywrightError as e:
+                out["failure"] = str(e).splitlines()[0][:80]
+                break
+            out["times"].append(time.perf_counter() - t0)
+            out["drawn"] = page.evaluate("window.isrwatchRendered")
+            nav = page.evaluate("(() => { const n = performance.getEntriesByType('navigation')[0]; "
+                                "return [n.responseEnd, n.domContentLoadedEventEnd]; })()")
+            out["phases"].append((nav[0] / 1000, nav[1] / 1000))
+            out["html_bytes"] = len(response.body())
+    finally:
+        context.close()
+    return out
+
+
+def dashboards_phase(server: Server, on_request: Server | None, page_loads: int) -> None:
     # The index, not a page: a page probed here would have its figures computed before its measured first load.
     probe = httpx.get(f"{server.base}/", timeout=120)
     if probe.status_code == 404:
         print("dashboards: not available (GET / answers 404); skipped")
         return
-    from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
 
     topics = httpx.get(f"{server.base}/api/v1/topics", timeout=60).json()["items"]
@@ -320,7 +372,9 @@ def dashboards_phase(server: Server, page_loads: int) -> None:
     pages = [*PAGES, f"/dashboards/topics/{biggest['topic']}"]
     print(f"dashboards: headless Chromium ({CHROMIUM}), goto -> window.isrwatchRendered set; first load in a "
           f"fresh context, then {page_loads - 1} more in the same context (topic page: {biggest['topic']}, "
-          f"{biggest.get('partitions')} partitions, the largest)")
+          f"{biggest.get('partitions')} partitions, the largest)"
+          + ("" if on_request is None else "; side by side, each page's first load from a second server with "
+             "the keeper off (api.dashboard_prebuild_seconds: 0), whose figures are built when the page asks"))
     rows = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -330,54 +384,35 @@ def dashboards_phase(server: Server, page_loads: int) -> None:
             first.close()
             for path in pages:
                 print(f"  loading {path} ...", flush=True)
-                context = browser.new_context(viewport={"width": 1400, "height": 900})
-                page = context.new_page()
-                times: list[float] = []
-                phases: list[tuple[float, float]] = []  # per load: HTML received, DOMContentLoaded (s)
-                drawn, html_bytes, failure = None, 0, None
-                for _ in range(page_loads):
-                    t0 = time.perf_counter()
-                    try:
-                        response = page.goto(f"{server.base}{path}", timeout=60_000)
-                        if response is None or response.status != 200:
-                            failure = f"HTTP {response.status if response else '?'}"
-                            break
-                        page.wait_for_function("window.isrwatchRendered !== undefined", timeout=60_000)
-                    except PlaywrightError as e:
-                        failure = str(e).splitlines()[0][:80]
-                        break
-                    times.append(time.perf_counter() - t0)
-                    drawn = page.evaluate("window.isrwatchRendered")
-                    nav = page.evaluate("(() => { const n = performance.getEntriesByType('navigation')[0]; "
-                                        "return [n.responseEnd, n.domContentLoadedEventEnd]; })()")
-                    phases.append((nav[0] / 1000, nav[1] / 1000))
-                    html_bytes = len(response.body())
+                kept = _page_loads(browser, server.base, path, page_loads)
+                asked = None if on_request is None else _page_loads(browser, on_request.base, path, 1)
                 html_s: list[float] = []  # the HTML alone, as a client without a browser gets it
                 for _ in range(3):
                     t0 = time.perf_counter()
                     httpx.get(f"{server.base}{path}", timeout=60)
                     html_s.append(time.perf_counter() - t0)
-                rows.append((path, times, phases, drawn, html_bytes, statistics.median(html_s), failure))
-                context.close()
+                rows.append((path, kept, asked, statistics.median(html_s)))
         finally:
             browser.close()
-    print("  first = the page's first load since the server started (its figures computed), in a fresh context "
-          "(plotly.js not cached), with when its HTML was all in (the server's share) and when DOMContentLoaded "
-          "ended (scripts, plotly.js among them, run), from the navigation's start; then = median of the next "
-          "loads, with the same two; HTML s = the HTML alone over httpx (server render + transfer, median of 3)")
+    print("  first = the page's first load in a fresh context (plotly.js not cached), with when its HTML was all "
+          "in (the server's share) and when DOMContentLoaded ended (scripts, plotly.js among them, run), from the "
+          "navigation's start: served with the page keeper on (every page's and topic page's figures built "
+          "ahead at the default scope) and, 'asked', with it off (built when the page asks); then = median of "
+          "the next loads; HTML s = the HTML alone over httpx (median of 3)")
     print(f"  {'page':<40} {'figures':>7} {'HTML KB':>8} {'HTML s':>7} {'first s':>8} {'HTML in':>8} {'DCL':>6} "
-          f"{'then s':>7} {'HTML in':>8} {'DCL':>6} {'<=1 s':>6}")
-    for path, times, phases, drawn, html_bytes, served, failure in rows:
-        if failure:
-            print(f"  {path:<40} failed: {failure}")
+          f"{'asked s':>8} {'HTML in':>8} {'then s':>7} {'<=1 s':>6}")
+    for path, kept, asked, served in rows:
+        if kept["failure"] or (asked is not None and asked["failure"]):
+            print(f"  {path:<40} failed: {kept['failure'] or asked['failure']}")
             continue
-        later = times[1:] or [float("nan")]
-        warm = statistics.median(later)
-        html_in = statistics.median([p[0] for p in phases[1:]] or [float("nan")])
-        dcl = statistics.median([p[1] for p in phases[1:]] or [float("nan")])
+        times, phases = kept["times"], kept["phases"]
+        warm = statistics.median(times[1:] or [float("nan")])
+        asked_s, asked_in = ((asked["times"][0], asked["phases"][0][0]) if asked is not None
+                             else (float("nan"), float("nan")))
         within = "yes" if max(times) <= PAGE_TARGET_S else ("warm" if warm <= PAGE_TARGET_S else "no")
-        print(f"  {path:<40} {drawn:>7} {html_bytes / 1024:>8,.0f} {served:>7.2f} {times[0]:>8.2f} "
-              f"{phases[0][0]:>8.2f} {phases[0][1]:>6.2f} {warm:>7.2f} {html_in:>8.2f} {dcl:>6.2f} {within:>6}")
+        print(f"  {path:<40} {kept['drawn']:>7} {kept['html_bytes'] / 1024:>8,.0f} {served:>7.2f} {times[0]:>8.2f} "
+              f"{phases[0][0]:>8.2f} {phases[0][1]:>6.2f} {asked_s:>8.2f} {asked_in:>8.2f} {warm:>7.2f} "
+              f"{within:>6}")
 
 
 def main() -> None:
@@ -398,6 +433,8 @@ def main() -> None:
     p.add_argument("--page-loads", type=int, default=3, help="loads per dashboard page (first one cold)")
     p.add_argument("--skip-load", action="store_true", help="no request load; dashboards only")
     p.add_argument("--skip-dashboards", action="store_true")
+    p.add_argument("--skip-on-request", action="store_true",
+                   help="no second server with the page keeper off (its first loads side by side)")
     p.add_argument("--build-only", action="store_true", help="build (or check) the lakehouse and stop")
     args = p.parse_args()
     began = time.monotonic()
@@ -408,12 +445,18 @@ def main() -> None:
     if args.build_only:
         return
     server = Server(data, _free_port())
+    on_request: Server | None = None
     status = "FAILED"
     try:
         startup = server.wait_ready()
         ready = httpx.get(f"{server.base}/readyz", timeout=60)
         print(f"server: isrwatch serve on {server.base} answered /healthz after {startup:.1f} s; /readyz "
               f"{ready.status_code} {ready.json().get('status')}")
+        settled = wait_prebuilt(server)
+        kept = httpx.get(f"{server.base}/readyz", timeout=60).json()["dashboards"]
+        print(f"server: its page keeper had built {kept['pages_built']} dashboard pages (every page and every topic "
+              f"page at the default scope) {settled:.1f} s later, in {kept['passes']} passes; the load and the "
+              "page loads below start after that")
         if args.skip_load:
             print("load: skipped (--skip-load)")
         else:
@@ -421,9 +464,14 @@ def main() -> None:
         if args.skip_dashboards:
             print("dashboards: skipped (--skip-dashboards)")
         else:
-            dashboards_phase(server, max(1, args.page_loads))
+            if not args.skip_on_request:
+                on_request = Server(data, _free_port(), prebuild=False)
+                on_request.wait_ready()
+            dashboards_phase(server, on_request, max(1, args.page_loads))
         status = "done"
     finally:
+        if on_request is not None:
+            on_request.stop()
         server.stop()
         print(f"server: stopped (exit {server.proc.returncode}); bench {status} in "
               f"{(time.monotonic() - began) / 60:.1f} min")

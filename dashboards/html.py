@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote
 
 import plotly
@@ -318,13 +318,19 @@ def body_start(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], sco
 """
 
 
-def figure_section(figure_id: str, figure: dict[str, Any]) -> str:
+class FigureJson(NamedTuple):
+    """A figure as JSON text safe inside a `<script>` (no `<`), and its height in px."""
+
+    text: str
+    height: int
+
+
+def figure_section(figure_id: str, figure: FigureJson) -> str:
     """One figure: its card (the plot's height reserved so the page does not jump when drawn) and the script
     drawing it, which runs as soon as the browser has it."""
-    height = int(figure["layout"].get("height", 450))
     return (f'<section class="card"><div id="fig-{escape(figure_id)}" class="figure" data-figure="{escape(figure_id)}" '
-            f'style="min-height:{height}px"></div></section>\n'
-            f'<script>isrwatch.draw({_json_for_script(figure_id)},{_json_for_script(figure)})</script>\n')
+            f'style="min-height:{figure.height}px"></div></section>\n'
+            f'<script>isrwatch.draw({_json_for_script(figure_id)},{figure.text})</script>\n')
 
 
 def body_end(*, version: str, scope: dict[str, Any], figures_url: str | None, refresh_seconds: float) -> str:

@@ -20,8 +20,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 
 from api.lakehouse import LakehouseReader, UnknownTable
-from api.lru import Lru
 from dashboards import data
+from dashboards.figure_cache import FigureCache
 from dashboards.figures import (
     alerts_figure,
     isr_heatmap_figure,
@@ -32,6 +32,7 @@ from dashboards.figures import (
 )
 from dashboards.html import (
     DEFAULT_REFRESH_SECONDS,
+    FigureJson,
     Links,
     ServedLinks,
     body_end,
@@ -181,10 +182,10 @@ def _scope_json(scope: Scope) -> dict[str, Any]:
     return {"cluster": scope.cluster, "window_minutes": scope.window_minutes, "end": end}
 
 
-def figure_json(fig: go.Figure) -> dict[str, Any]:
-    """A figure as plain JSON values (numpy arrays, timestamps and NaN converted by plotly's encoder)."""
-    value: dict[str, Any] = json.loads(pio.to_json(fig, validate=False))
-    return value
+def figure_json(fig: go.Figure) -> FigureJson:
+    """A figure as JSON text (numpy arrays, timestamps and NaN converted by plotly's encoder), with every `<`
+    escaped so that no string in the data can close the `<script>` a page embeds it in."""
+    return FigureJson(pio.to_json(fig, validate=False).replace("<", "\\u003c"), int(fig.layout.height or 450))
 
 
 # Every trace type the pages draw (tests/dashboards/test_plotly_bundle.py checks the pages draw no other).
@@ -217,34 +218,53 @@ def _check_topic(reader: LakehouseReader, topic: str, scope: Scope) -> None:
         raise UnknownTopic(f"unknown topic '{topic}'")
 
 
-_BUILT: Lru[dict[str, Any]] = Lru(64)
+# The default pages, the recently opened ones and the topic pages the API's page keeper keeps built: a page's
+# figures are 10-300 KB of JSON, so at most ~75 MB.
+FIGURES: FigureCache[FigureJson] = FigureCache(max_pages=256)
+
+
+def _figure_key(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope, token: str) -> tuple[Any, ...]:
+    return (id(reader), reader.root, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
 
 
 def _figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope,
-             token: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """A page's figures as JSON, each as soon as it is built, remembered (once all are) for its version token
-    and scope: every open dashboard polls, and until a table it reads changes they all get the same figures
-    without rebuilding them."""
-    key = (id(reader), reader.root, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
-    built = _BUILT.get(key)
-    if built is not None:
-        yield from built.items()
-        return
-    built = {}
-    for fid, fig in page.build(reader, scope, topic):
-        built[fid] = figure_json(fig)
-        yield fid, built[fid]
-    _BUILT.put(key, built)
+             token: str) -> Iterator[tuple[str, FigureJson]]:
+    """A page's figures as JSON text, each as soon as it is built; remembered for its version token and scope
+    (dashboards.figure_cache)."""
+    def build() -> Iterator[tuple[str, FigureJson]]:
+        for fid, fig in page.build(reader, scope, topic):
+            yield fid, figure_json(fig)
+
+    return FIGURES.figures(_figure_key(reader, page, topic, scope, token), build)
+
+
+def keep_built(reader: LakehouseReader, path: str, params: DashboardParams | None = None) -> bool:
+    """Build the figures of the page at `path` unless they are built for its tables' current versions (the
+    API's page keeper calls this ahead of the browsers); whether it built them. Raises like `page_payload`."""
+    found, topic, scope, token = _resolve(reader, path, params or DashboardParams())
+    if FIGURES.get(_figure_key(reader, found, topic, scope, token)) is not None:
+        return False
+    for _ in _figures(reader, found, topic, scope, token):
+        pass
+    return True
+
+
+def page_payload_json(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
+                      since: str | None = None) -> str:
+    """`{"version", "scope", "figures": {id: figure}}` of a page as JSON text (the figures are kept as text);
+    `figures` is empty when `since` is the current version (the client already shows it). Raises
+    UnknownPage, UnknownTopic, and ValueError/TypeError for a bad window."""
+    found, topic, scope, token = _resolve(reader, page, params or DashboardParams())
+    figures = () if since == token else _figures(reader, found, topic, scope, token)
+    body = ",".join(f"{json.dumps(fid)}:{figure.text}" for fid, figure in figures)
+    return f'{{"version":{json.dumps(token)},"scope":{json.dumps(_scope_json(scope))},"figures":{{{body}}}}}'
 
 
 def page_payload(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
                  since: str | None = None) -> dict[str, Any]:
-    """`{"version", "scope", "figures": {id: figure JSON}}` of a page; `figures` is empty when `since`
-    is the current version (the client already shows it). Raises UnknownPage, UnknownTopic, and
-    ValueError/TypeError for a bad window."""
-    found, topic, scope, token = _resolve(reader, page, params or DashboardParams())
-    figures = {} if since == token else dict(_figures(reader, found, topic, scope, token))
-    return {"version": token, "scope": _scope_json(scope), "figures": figures}
+    """`page_payload_json` as values."""
+    value: dict[str, Any] = json.loads(page_payload_json(reader, page, params, since=since))
+    return value
 
 
 # -- HTML --------------------------------------------------------------------------------------------------

@@ -104,6 +104,7 @@ class ApiSettings(BaseModel):
     read_auth: bool = False
     refresh_seconds: float = Field(default=1.0, ge=0)
     dashboard_refresh_seconds: float = Field(default=5.0, gt=0)
+    dashboard_prebuild_seconds: float = Field(default=5.0, ge=0)  # 0: figures built only when asked for
     query_max_rows: int = Field(default=10_000, ge=1)
     query_timeout_seconds: float = Field(default=10.0, gt=0)
     page_size_max: int = Field(default=1000, ge=1)

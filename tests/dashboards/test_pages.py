@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import plotly.graph_objects as go
 import pytest
 
 from api.lakehouse import LakehouseReader
@@ -17,6 +18,7 @@ from dashboards.pages import (
     DashboardParams,
     UnknownPage,
     UnknownTopic,
+    figure_json,
     page_payload,
     render_index,
     render_page,
@@ -158,3 +160,12 @@ def _plotly_version() -> str:
     import plotly
 
     return f"{plotly.__version__}-isrwatch"  # the bundle `make` builds (tests/dashboards/test_plotly_bundle.py)
+
+
+def test_figure_json_cannot_close_the_script_it_is_embedded_in() -> None:
+    fig = go.Figure(go.Scatter(x=[1, 2], y=[1.5, float("nan")], name="</script><b>x</b>"))
+    fig.update_layout(height=321)
+    built = figure_json(fig)
+    assert "<" not in built.text and built.height == 321
+    value = json.loads(built.text)
+    assert value["data"][0]["name"] == "</script><b>x</b>"
