@@ -12,6 +12,7 @@ both parts plain identifiers, so no request can point the reader at another path
 
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -31,6 +32,7 @@ _NAME = re.compile(r"^(bronze|silver|quarantine|gold|api)\.([a-z_][a-z0-9_]*)$")
 
 
 T = TypeVar("T")
+_SERIALS = itertools.count()
 
 
 class UnknownTable(LookupError):
@@ -52,6 +54,8 @@ class LakehouseReader:
     def __init__(self, root: str | Path, *, refresh_s: float = 1.0) -> None:
         self.root = str(root).rstrip("/")
         self.refresh_s = refresh_s
+        # Names this reader in caches kept beyond it (an id() could be reused by a later reader).
+        self.serial = next(_SERIALS)
         self._tables: dict[str, _Cached] = {}
         self._lock = threading.Lock()
 

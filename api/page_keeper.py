@@ -62,7 +62,7 @@ class PageKeeper:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._failing: set[str] = set()
+        self._failing: set[tuple[str, DashboardParams]] = set()
 
     def opened(self, path: str, params: DashboardParams) -> None:
         """A browser opened (or polled) the page at `path`: keep it built for the next `recent_s`."""
@@ -120,27 +120,33 @@ class PageKeeper:
             return 0
         try:
             built = keep_built(self.reader, path, params)
-            self._failing.discard(path)
+            self._failing.discard((path, params))
             return int(built)
         except (UnknownPage, UnknownTopic):
             with self._lock:  # gone (a topic deleted, a cluster aged out): stop keeping it
                 self._recent.pop((path, params), None)
         except Exception:
-            if path not in self._failing:
-                log.exception("page keeper: building dashboard page %s failed", path)
-                self._failing.add(path)
+            if (path, params) not in self._failing:
+                log.exception("page keeper: building dashboard page %s (%s) failed", path, params)
+                self._failing.add((path, params))
         return 0
 
     def start(self) -> None:
         if self._thread is not None:
             raise RuntimeError("the page keeper is already running")
+        self._stop.clear()  # an app's lifespan may run again (tests enter one app twice)
         self._thread = threading.Thread(target=self._run, name="isrwatch-page-keeper", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
+        """Stop after the page being built (a pass checks for the stop before each page)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        if self._thread is None:
+            return
+        self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            log.warning("page keeper: still building after %.0f s; left to end on its own", timeout_s)
+        else:
             self._thread = None
 
     def _run(self) -> None:

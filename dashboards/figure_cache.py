@@ -5,64 +5,100 @@ request gets the same figures without rebuilding them. Figures are kept as the J
 the figures endpoint sends, not as dicts: serialised once, and no containers for the cyclic garbage
 collector to walk (a day's heatmap as dicts is thousands of lists).
 
-Two requests for a page nobody has built yet (or the page keeper and a browser) would build it twice, each
-slower for sharing the cores: the second waits for the first and is served what it built.
+A page is built by a worker thread of the cache, not by the request that asked first: every request for a
+page under way (a browser's, the page keeper's) follows the same build and streams each figure as soon as it
+is built, and a reader that is slow or goes away holds up nobody (the build runs to its end and is kept).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Hashable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
 from api.lru import Lru
 
-# How long a request waits for another thread building the same page before building it itself.
-WAIT_FOR_BUILDER_SECONDS = 60.0
-
 F = TypeVar("F")  # a built figure
+# Builds are CPU-bound Python: more workers than cores would only interleave them.
+BUILD_WORKERS = 2
+
+
+class _Build(Generic[F]):
+    """A build under way: its figures so far, and how it ended."""
+
+    def __init__(self) -> None:
+        self.figures: list[tuple[str, F]] = []
+        self.done = False
+        self.error: BaseException | None = None
+        self.changed = threading.Condition()
 
 
 class FigureCache(Generic[F]):
-    def __init__(self, max_pages: int = 64) -> None:
+    def __init__(self, max_pages: int = 64, workers: int = BUILD_WORKERS) -> None:
         self._built: Lru[dict[str, F]] = Lru(max_pages)
-        self._building: dict[Hashable, threading.Event] = {}
+        self._building: dict[Hashable, _Build[F]] = {}
         self._lock = threading.Lock()
+        self._workers = ThreadPoolExecutor(workers, thread_name_prefix="isrwatch-figures")
 
     def get(self, key: Hashable) -> dict[str, F] | None:
         return self._built.get(key)
 
     def figures(self, key: Hashable, build: Callable[[], Iterator[tuple[str, F]]]) -> Iterator[tuple[str, F]]:
-        """The page's figures, (id, figure) in page order: remembered ones at once; else each as soon as `build`
-        yields it (the caller streams it), remembered once all are built. While another thread builds the
-        same key, waits for it instead of building alongside."""
-        while True:
-            built = self._built.get(key)
-            if built is not None:
-                yield from built.items()
-                return
+        """The page's figures, (id, figure) in page order: remembered ones at once; else each as soon as it is
+        built, by a build of `build` started now or already under way. Raises what the build raised (then
+        nothing is remembered, and the next request builds again)."""
+        built = self._built.get(key)
+        if built is None:
             with self._lock:
-                builder = self._building.get(key)
-                if builder is None:
-                    mine = self._building[key] = threading.Event()
-            if builder is None:
-                break
-            builder.wait(WAIT_FOR_BUILDER_SECONDS)
-            if self._built.get(key) is None:  # the other build failed or is stuck: build it here
-                with self._lock:
-                    if self._building.get(key) is builder:
-                        del self._building[key]
+                under_way = self._building.get(key)
+                if under_way is None:
+                    built = self._built.get(key)  # a build may have ended since the first look
+                    if built is None:
+                        under_way = self._building[key] = _Build()
+                        self._workers.submit(self._run, key, under_way, build)
+        if built is not None:
+            yield from built.items()
+            return
+        assert under_way is not None
+        yield from _follow(under_way)
+
+    def under_way(self) -> int:
+        """Builds not ended yet."""
+        with self._lock:
+            return len(self._building)
+
+    def _run(self, key: Hashable, under_way: _Build[F], build: Callable[[], Iterator[tuple[str, F]]]) -> None:
         try:
-            figures: dict[str, F] = {}
-            for fid, figure in build():
-                figures[fid] = figure
-                yield fid, figure
-            self._built.put(key, figures)
+            for item in build():
+                with under_way.changed:
+                    under_way.figures.append(item)
+                    under_way.changed.notify_all()
+            self._built.put(key, dict(under_way.figures))  # before the build leaves _building: no gap
+        except BaseException as e:  # handed to every reader of this build
+            under_way.error = e
         finally:
             with self._lock:
-                if self._building.get(key) is mine:
-                    del self._building[key]
-            mine.set()
+                del self._building[key]
+            with under_way.changed:
+                under_way.done = True
+                under_way.changed.notify_all()
 
     def __len__(self) -> int:
         return len(self._built)
+
+
+def _follow(under_way: _Build[F]) -> Iterator[tuple[str, F]]:
+    sent = 0
+    while True:
+        with under_way.changed:
+            while sent >= len(under_way.figures) and not under_way.done:
+                under_way.changed.wait()
+            if sent < len(under_way.figures):
+                item = under_way.figures[sent]
+            elif under_way.error is not None:
+                raise under_way.error
+            else:
+                return
+        sent += 1
+        yield item

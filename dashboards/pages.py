@@ -224,7 +224,7 @@ FIGURES: FigureCache[FigureJson] = FigureCache(max_pages=256)
 
 
 def _figure_key(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope, token: str) -> tuple[Any, ...]:
-    return (id(reader), reader.root, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
+    return (reader.serial, page.slug, topic, scope.cluster, scope.window_minutes, scope.end, token)
 
 
 def _figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scope,
@@ -239,10 +239,11 @@ def _figures(reader: LakehouseReader, page: Page, topic: str | None, scope: Scop
 
 
 def keep_built(reader: LakehouseReader, path: str, params: DashboardParams | None = None) -> bool:
-    """Build the figures of the page at `path` unless they are built for its tables' current versions (the
-    API's page keeper calls this ahead of the browsers); whether it built them. Raises like `page_payload`."""
+    """Have the figures of the page at `path` built for its tables' current versions (the API's page keeper
+    calls this ahead of the browsers); whether they were not when asked (then built here, or by a request's
+    build under way, waited for). Raises like `page_payload`."""
     found, topic, scope, token = _resolve(reader, path, params or DashboardParams())
-    if FIGURES.get(_figure_key(reader, found, topic, scope, token)) is not None:
+    if not found.has_figures or FIGURES.get(_figure_key(reader, found, topic, scope, token)) is not None:
         return False
     for _ in _figures(reader, found, topic, scope, token):
         pass

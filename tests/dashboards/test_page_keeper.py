@@ -64,8 +64,10 @@ def test_a_page_that_no_longer_exists_is_dropped_and_does_not_stop_the_others(la
     reader = LakehouseReader(lake, refresh_s=0)
     keeper = PageKeeper(reader, interval_s=5, background_share=0)
     keeper.opened("topics/gone", DashboardParams())
+    keeper.opened("topics", DashboardParams())  # the topic index: no figures to keep
     assert keeper.run_once() == 4
-    assert [path for path, _ in keeper.targets()] == list(DEFAULT_PATHS)
+    assert keeper.run_once() == 0
+    assert [path for path, _ in keeper.targets()] == [*DEFAULT_PATHS, "topics"]
 
 
 def test_serve_starts_the_keeper_with_the_app_and_stops_it_with_the_app(lake: Path) -> None:
@@ -73,6 +75,8 @@ def test_serve_starts_the_keeper_with_the_app_and_stops_it_with_the_app(lake: Pa
     app = create_app(settings)
     keeper = app.state.page_keeper
     with TestClient(app) as client:
+        thread = keeper._thread
+        assert thread is not None and thread.is_alive()
         deadline = time.monotonic() + 30
         while (keeper.passes < 2 or keeper.last_pass_built) and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -80,7 +84,13 @@ def test_serve_starts_the_keeper_with_the_app_and_stops_it_with_the_app(lake: Pa
         assert keeper.passes >= 1
         client.get("/dashboards/topics/orders")
         assert ("topics/orders", DashboardParams()) in keeper.targets()
-    assert keeper._thread is None
+    assert not thread.is_alive()
+    with TestClient(app):  # the same app started again: its keeper runs again
+        deadline = time.monotonic() + 30
+        passes = keeper.passes
+        while keeper.passes == passes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert keeper.passes > passes
     off = load_settings(overrides={"lakehouse": str(lake), "api.dashboard_prebuild_seconds": 0})
     assert create_app(off).state.page_keeper is None
 

@@ -167,5 +167,5 @@ def test_figure_json_cannot_close_the_script_it_is_embedded_in() -> None:
     fig.update_layout(height=321)
     built = figure_json(fig)
     assert "<" not in built.text and built.height == 321
-    value = json.loads(built.text)
+    value = json.loads(built.text, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
     assert value["data"][0]["name"] == "</script><b>x</b>"
