@@ -22,7 +22,7 @@ from fastapi.responses import FileResponse, HTMLResponse, Response, StreamingRes
 
 from api.deps import current_settings, get_reader, require_read
 from api.lakehouse import LakehouseReader
-from api.page_keeper import PageKeeper
+from api.page_keeper import app_page_keeper
 from dashboards.html import ServedLinks, failed_tail, plotly_js_path
 from dashboards.pages import (
     TOPIC_PREFIX,
@@ -94,7 +94,7 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
 
 
 def _opened(request: Request, page: str, params: DashboardParams) -> None:
-    keeper: PageKeeper | None = getattr(request.app.state, "page_keeper", None)  # none: prebuilding is off
+    keeper = app_page_keeper(request)
     if keeper is not None:
         keeper.opened(page, params)
 

@@ -28,6 +28,8 @@ import threading
 import time
 from collections import OrderedDict
 
+from starlette.requests import Request
+
 from api.lakehouse import LakehouseReader
 from dashboards.data import topic_names
 from dashboards.pages import PAGES, TOPIC_PREFIX, DashboardParams, UnknownPage, UnknownTopic, keep_built
@@ -153,3 +155,9 @@ class PageKeeper:
         while not self._stop.is_set():
             self.run_once()
             self._stop.wait(self.interval_s)
+
+
+def app_page_keeper(request: Request) -> PageKeeper | None:
+    """The app's keeper; None when prebuilding is off (or the app mounts the dashboard routes alone)."""
+    keeper: PageKeeper | None = getattr(request.app.state, "page_keeper", None)
+    return keeper

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 
 from api.deps import get_reader
 from api.lakehouse import LakehouseReader
+from api.page_keeper import app_page_keeper
 
 router = APIRouter(tags=["health"])
 
@@ -32,7 +33,7 @@ def readyz(request: Request, reader: Annotated[LakehouseReader, Depends(get_read
     if missing:
         return JSONResponse({"status": "not ready", "detail": f"missing tables: {', '.join(missing)}",
                              "missing": missing}, status_code=503)
-    keeper = getattr(request.app.state, "page_keeper", None)
+    keeper = app_page_keeper(request)
     prebuild = ({"prebuild": "off"} if keeper is None else
                 {"prebuild": "on", "passes": keeper.passes, "pages_built": keeper.builds,
                  "last_pass_built": keeper.last_pass_built})

@@ -274,9 +274,13 @@ def topic_file_name(topic: str) -> str:
     return f"topic-{safe}.html"
 
 
+def script_safe(json_text: str) -> str:
+    """JSON text with every `<` escaped, so that no string in it can close the `<script>` it is embedded in."""
+    return json_text.replace("<", "\\u003c")
+
+
 def _json_for_script(value: Any) -> str:
-    # "<" escaped so that no string in the data can close the <script> element.
-    return json.dumps(value, separators=(",", ":"), allow_nan=False).replace("<", "\\u003c")
+    return script_safe(json.dumps(value, separators=(",", ":"), allow_nan=False))
 
 
 def document_head(*, title: str, links: Links) -> str:

@@ -40,6 +40,7 @@ from dashboards.html import (
     controls_form,
     document_head,
     figure_section,
+    script_safe,
 )
 from dashboards.posture_figures import findings_figure, posture_table_figure
 from dashboards.scope import PARTITION_STATE, Scope, check_window_minutes, resolve_scope
@@ -183,9 +184,8 @@ def _scope_json(scope: Scope) -> dict[str, Any]:
 
 
 def figure_json(fig: go.Figure) -> FigureJson:
-    """A figure as JSON text (numpy arrays, timestamps and NaN converted by plotly's encoder), with every `<`
-    escaped so that no string in the data can close the `<script>` a page embeds it in."""
-    return FigureJson(pio.to_json(fig, validate=False).replace("<", "\\u003c"), int(fig.layout.height or 450))
+    """A figure as JSON text a page can embed (numpy arrays, timestamps and NaN converted by plotly's encoder)."""
+    return FigureJson(script_safe(pio.to_json(fig, validate=False)), int(fig.layout.height or 450))
 
 
 # Every trace type the pages draw (tests/dashboards/test_plotly_bundle.py checks the pages draw no other).
