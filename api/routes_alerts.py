@@ -108,6 +108,7 @@ def get_alert(
         last = transitions[-1]
         alert = {k: last[k] for k in ("rule", "fingerprint", "cluster", "severity", "scope", "labels", "summary",
                                       "description", "runbook", "value", "inhibited")}
+        alert["flapping"] = last.get("flapping")   # null in transitions recorded before flap detection
         alert |= {"status": last["status"], "active_since": last["starts_at"], "fired_at": last["starts_at"],
                   "resolved_at": last["ends_at"], "last_evaluated": last["ts"]}
     deliveries = _by_fingerprint(reader, "gold.deliveries", fingerprint)

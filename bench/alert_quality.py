@@ -1,11 +1,14 @@
 """Alert truth: how right and how fast isrwatch's alerts are, against the emulator's ground truth.
 
-    .venv/bin/python bench/alert_quality.py [--scenarios conf/scenarios] [--live-seconds 180]
+    .venv/bin/python bench/alert_quality.py [--scenarios conf/scenarios] [--seeds 1-10] [--live-seconds 180]
 
-1. Quality: every shipped scenario is emulated into one lakehouse (a cluster each), the pipeline runs
-   to the end (validate, posture, slo, alerts; available-now), and the alerts are scored per failure
-   class (pipelines/alert_truth.py): writes refused, acknowledged data lost, unclean elections, offline
-   partitions, unsafe single-copy acks — recall, precision, and detection delay in simulated time.
+1. Quality: every shipped scenario (a folder, or one file) is emulated into one lakehouse (a cluster each,
+   per seed of --seeds, else the scenario's own seed), the pipeline runs to the end (validate, posture,
+   slo, alerts; available-now), and the alerts are scored per failure class (pipelines/alert_truth.py):
+   writes refused, acknowledged data lost, unclean elections, offline partitions, unsafe single-copy acks,
+   ISR thrash — recall, precision (a second firing/resolved pair of a rule for one incident is a false
+   alert), firing pairs per incident, and detection delay in simulated time. Every rule's firings per
+   alert (fingerprint) show flapping where no truth class exists.
 2. Latency: the default scenario at live pace while validate and alerts run live, delivering to a
    webhook receiver in this process; for each firing alert, the wall time from the first bronze commit
    holding the sample that breached the rule to the POST's arrival (p50, p95).
@@ -48,7 +51,18 @@ def _bronze(lake: str, name: str, columns: list[str]) -> pd.DataFrame:
     return DeltaTable(f"{lake}/bronze/{name}").to_pandas(columns=columns)
 
 
-def quality(scenarios: list[Path]) -> None:
+def seed_list(text: str) -> list[int]:
+    """'1-10', '7' or '1,4,9-11' as a list of seeds."""
+    seeds: list[int] = []
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise argparse.ArgumentTypeError(f"expected seeds like '1-10' or '3,7', got {text!r}")
+        seeds += list(range(int(lo), int(hi) + 1)) if sep else [int(lo)]
+    return seeds
+
+
+def quality(scenarios: list[Path], seeds: list[int] | None = None) -> None:
     from isrwatch.delta_io import read_rows
     from isrwatch.settings import load_settings
     from isrwatch.spark import build_spark_session
@@ -61,12 +75,16 @@ def quality(scenarios: list[Path]) -> None:
 
     lake = tempfile.mkdtemp(prefix="isrwatch-alert-quality-")
     began = time.monotonic()
-    for path in scenarios:
+    runs = [(path, seed) for path in scenarios for seed in (seeds or [None])]
+    for i, (path, seed) in enumerate(runs, 1):
         run = subprocess.run([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario", str(path),
-                              "--lakehouse", lake, "--quiet"], cwd=ROOT, capture_output=True, text=True)
+                              "--lakehouse", lake, "--quiet", *(["--seed", str(seed)] if seed is not None else [])],
+                             cwd=ROOT, capture_output=True, text=True)
         if run.returncode != 0:
-            raise SystemExit(f"emulator failed on {path.name}: {run.stderr[-500:]}")
-    print(f"quality: {len(scenarios)} scenarios emulated in {time.monotonic() - began:.0f} s; running the pipeline")
+            raise SystemExit(f"emulator failed on {path.name} seed {seed}: {run.stderr[-500:]}")
+        print(f"quality: emulated {i}/{len(runs)}: {path.stem}{f' seed {seed}' if seed is not None else ''}",
+              flush=True)
+    print(f"quality: {len(runs)} clusters emulated in {time.monotonic() - began:.0f} s; running the pipeline")
     spark = build_spark_session("isrwatch-alert-quality", master="local[2]")
     settings = load_settings(overrides={
         "lakehouse": lake, "validate.tables": TABLES, **{f"{j}.trigger": "available-now" for j in
@@ -89,14 +107,19 @@ def quality(scenarios: list[Path]) -> None:
     events = read_rows(ALERT_EVENTS, lake).to_pandas()
     summary, matches = score(truth, events)
     print(f"  {'class':<20} {'episodes':>8} {'detected':>8} {'recall':>7} {'alerts':>7} {'true':>6} "
-          f"{'precision':>9} {'delay p50 s':>11} {'p95 s':>7} {'max s':>7}")
+          f"{'precision':>9} {'pairs/incident max':>18} {'mean':>5} {'delay p50 s':>11} {'p95 s':>7} {'max s':>7}")
     for r in summary.itertuples():
         print(f"  {r.cls:<20} {r.episodes:>8} {r.detected:>8} {r.recall:>7.1%} {r.alerts:>7} {r.true_alerts:>6} "
-              f"{r.precision:>9.1%} {r.delay_p50_s:>11.1f} {r.delay_p95_s:>7.1f} {r.delay_max_s:>7.1f}")
+              f"{r.precision:>9.1%} {r.pairs_max:>18.0f} {r.pairs_mean:>5.2f} {r.delay_p50_s:>11.1f} "
+              f"{r.delay_p95_s:>7.1f} {r.delay_max_s:>7.1f}")
     by_rule = rule_precision(truth, events)
     print(f"  {'rule':<24} {'class':<20} {'alerts':>7} {'true':>6} {'precision':>9}")
     for r in by_rule.itertuples():
         print(f"  {r.rule:<24} {r.cls:<20} {r.alerts:>7} {r.true_alerts:>6} {r.precision:>9.1%}")
+    per_alert = firings_per_alert(events)
+    print(f"  {'rule':<28} {'alerts':>7} {'firings':>8} {'firings/alert max':>17} {'mean':>5} {'flapping':>8}")
+    for r in per_alert.itertuples():
+        print(f"  {r.rule:<28} {r.alerts:>7} {r.firings:>8} {r.max:>17} {r.mean:>5.2f} {r.flapping:>8}")
     missed = matches[~matches["detected"]]
     for m in missed.head(10).itertuples():
         print(f"  missed: {m.cls} {m.cluster} {m.topic}-{m.partition} {m.start} .. {m.end}")
@@ -114,6 +137,18 @@ def rule_precision(truth: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
             rows.append({"rule": rule, "cls": cls, "alerts": int(r["alerts"]), "true_alerts": int(r["true_alerts"]),
                          "precision": r["precision"]})
     return pd.DataFrame(rows)
+
+
+def firings_per_alert(events: pd.DataFrame) -> pd.DataFrame:
+    """Per rule: alerts (fingerprints), firing transitions, firings per alert (max, mean), and alerts that were
+    ever flapping. Flapping shows here for rules no truth class covers."""
+    firing = events[events["status"] == "firing"]
+    flapping = events[events["flapping"].fillna(False).astype(bool)] if "flapping" in events else events.iloc[:0]
+    per = firing.groupby(["rule", "fingerprint"]).size()
+    out = per.groupby(level="rule").agg(["count", "sum", "max", "mean"]).reset_index()
+    out.columns = ["rule", "alerts", "firings", "max", "mean"]
+    out["flapping"] = out["rule"].map(flapping.groupby("rule")["fingerprint"].nunique()).fillna(0).astype(int)
+    return out.sort_values(["max", "rule"], ascending=[False, True], kind="stable")
 
 
 class _Arrivals:
@@ -253,14 +288,18 @@ def latency(seconds: int) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--scenarios", default=str(ROOT / "conf" / "scenarios"), help="folder of scenario YAML files")
+    p.add_argument("--scenarios", default=str(ROOT / "conf" / "scenarios"),
+                   help="a folder of scenario YAML files, or one file")
+    p.add_argument("--seeds", type=seed_list, default=None,
+                   help="emulate each scenario with these seeds, e.g. 1-10 (default: the scenario's own seed)")
     p.add_argument("--live-seconds", type=int, default=180, help="emulated seconds at live pace (0: skip)")
     p.add_argument("--skip-quality", action="store_true")
     args = p.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         if not args.skip_quality:
-            quality(sorted(Path(args.scenarios).glob("*.yaml")))
+            source = Path(args.scenarios)
+            quality(sorted(source.glob("*.yaml")) if source.is_dir() else [source], args.seeds)
         if args.live_seconds:
             latency(args.live_seconds)
     finally:

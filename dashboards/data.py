@@ -136,14 +136,19 @@ def data_loss_events(reader: LakehouseReader, scope: Scope) -> pd.DataFrame:
 
 
 def active_alerts(reader: LakehouseReader, cluster: str | None) -> pd.DataFrame:
-    """Pending and firing alerts of the cluster, most severe first. Columns `ALERT_COLUMNS`."""
-    table = _read(reader, ALERTS, ["cluster", *ALERT_COLUMNS]) if cluster is not None else None
+    """Pending and firing alerts of the cluster, most severe first; a flapping alert's status says so. Columns
+    `ALERT_COLUMNS`."""
+    table = _read(reader, ALERTS) if cluster is not None else None   # gold.alerts is small: current state
     if table is None:
         return _empty(ALERT_COLUMNS)
     keep = pc.and_(pc.equal(table["cluster"], cluster), pc.is_in(table["status"], pa.array(ACTIVE_ALERT_STATUSES)))
-    frame = table.filter(keep).select(ALERT_COLUMNS).to_pandas()
+    table = table.filter(keep)
+    frame = table.select(ALERT_COLUMNS).to_pandas()
+    if "flapping" in table.column_names:   # tables written before flap detection lack it until the job runs
+        held = table["flapping"].fill_null(False).to_numpy(zero_copy_only=False)
+        frame.loc[held, "status"] = frame.loc[held, "status"] + " (flapping)"
     frame["_severity"] = frame["severity"].map({s: i for i, s in enumerate(SEVERITY_ORDER)}).fillna(len(SEVERITY_ORDER))
-    frame["_status"] = frame["status"].map({s: i for i, s in enumerate(ACTIVE_ALERT_STATUSES)})
+    frame["_status"] = frame["status"].str.split(" ").str[0].map({s: i for i, s in enumerate(ACTIVE_ALERT_STATUSES)})
     frame = frame.sort_values(["_severity", "_status", "active_since", "rule"], ignore_index=True)
     return frame[ALERT_COLUMNS]
 

@@ -80,9 +80,20 @@ def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:
 
 
 def ensure_table(td: TableDef, lakehouse: str) -> None:
-    """Create an empty table so readers (SQL, the API) find it before the first row arrives."""
-    if open_table(td, lakehouse) is None:
+    """Create an empty table so readers (SQL, the API) find it before the first row arrives; a table written
+    before its definition gained nullable columns gets them (its rows read null there), so appends go on."""
+    table = open_table(td, lakehouse)
+    if table is None:
         write_with_checksum(_local_dir(td, lakehouse), td.arrow_schema.empty_table(), mode="append")
+        return
+    have = set(table.schema().to_arrow().names)
+    added = [f for f in td.arrow_schema if f.name not in have]
+    if not added:
+        return
+    if not all(f.nullable for f in added):
+        raise ValueError(f"{td.qualified_name} ({td.path(lakehouse)}): lacks column(s) "
+                         f"{[f.name for f in added if not f.nullable]} that cannot be null: migrate it by hand")
+    write_with_checksum(_local_dir(td, lakehouse), td.arrow_schema.empty_table(), mode="append", schema_mode="merge")
 
 
 def _local_dir(td: TableDef, lakehouse: str) -> str:

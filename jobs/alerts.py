@@ -83,7 +83,8 @@ def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datet
         "cluster": t.cluster, "severity": t.severity, "scope": t.scope, "labels": sorted(t.labels.items()),
         "summary": t.annotations.get("summary", ""), "description": t.annotations.get("description", ""),
         "runbook": t.annotations.get("runbook", ""), "value": t.value, "inhibited": t.inhibited,
-        "starts_at": _ts(t.starts_ms), "ends_at": _ts(t.ends_ms), "evaluated_at": evaluated_at,
+        "flapping": t.flapping, "starts_at": _ts(t.starts_ms), "ends_at": _ts(t.ends_ms),
+        "evaluated_at": evaluated_at,
     } for i, t in enumerate(transitions)]
 
 
@@ -99,8 +100,8 @@ def alert_rows(engine: AlertEngine, batch_id: int) -> list[dict[str, Any]]:
             "severity": r.severity, "scope": r.scope, "labels": sorted(a.labels.items()),
             "summary": a.annotations.get("summary", ""), "description": a.annotations.get("description", ""),
             "runbook": a.annotations.get("runbook", ""), "value": a.value, "inhibited": a.inhibited,
-            "active_since": _ts(a.since_ms), "fired_at": _ts(a.fired_ms), "resolved_at": _ts(a.resolved_ms),
-            "last_evaluated": _ts(a.last_ms), "updated_batch_id": batch_id,
+            "flapping": a.flapping, "active_since": _ts(a.since_ms), "fired_at": _ts(a.fired_ms),
+            "resolved_at": _ts(a.resolved_ms), "last_evaluated": _ts(a.last_ms), "updated_batch_id": batch_id,
         })
     return rows
 

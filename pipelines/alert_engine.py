@@ -8,9 +8,15 @@ transitions (sorted, no wall clock), which is what makes a replayed micro-batch 
 Semantics, per rule and entity, over samples in event-time order:
 - condition true while inactive (or resolved): pending since that sample; firing at the first sample at
   least `for` after it (at once when `for` is 0);
-- condition false while pending: back to inactive; while firing: resolved;
+- condition false while pending: back to inactive; while firing: resolved, unless the rule's
+  `keep_firing_for` has not passed since the condition stopped holding, or the alert is flapping;
+- flapping: the condition of an alert that has fired changed more than `flap_detection.max_changes` times in
+  the trailing `flap_detection.window`; it is held firing, marked `flapping`, until the changes in the window
+  fall back to the limit (Nagios' flap detection: one alert instead of a storm of firing/resolved pairs);
 - an entity with an open alert that has no sample at a time its source reported for the same cluster
-  counts as false there (an offline broker's metrics do not keep its alerts open forever);
+  counts as false there (an offline broker's metrics do not keep its alerts open forever). Windowed rules
+  are the exception: a window's sum holds between samples, so an entity is evaluated where its sum can
+  change (its own samples, a sample leaving the window) and at the cluster's clock;
 - samples older than the entity's last evaluated sample are late and ignored (counted in `late`).
 """
 
@@ -51,6 +57,9 @@ class Alert:
     value: float
     annotations: dict[str, str]
     inhibited: bool = False
+    cleared_ms: int | None = None   # firing, condition false since (held by keep_firing_for or flapping)
+    changes: list[int] = field(default_factory=list)  # condition changes in the flap window, since it first fired
+    flapping: bool = False
 
 
 @dataclass
@@ -69,6 +78,7 @@ class Transition:
     starts_ms: int
     ends_ms: int | None
     inhibited: bool
+    flapping: bool = False
 
 
 @dataclass
@@ -77,13 +87,15 @@ class EngineState:
     last_seen: dict[str, int] = field(default_factory=dict)                # key: cluster/broker_id
     windows: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # key: rule/fingerprint
     window_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    window_evaluated: dict[str, int] = field(default_factory=dict)         # key: rule/fingerprint -> last point
     last_hw: dict[str, dict[str, int]] = field(default_factory=dict)      # cluster -> topic/partition -> HW
 
     def to_rows(self) -> list[dict[str, str]]:
         rows = [{"kind": "alert", "key": k, "state": json.dumps(asdict(a), sort_keys=True)}
                 for k, a in sorted(self.alerts.items())]
         rows += [{"kind": "last_seen", "key": k, "state": json.dumps(v)} for k, v in sorted(self.last_seen.items())]
-        rows += [{"kind": "window", "key": k, "state": json.dumps({"samples": v, "labels": self.window_labels[k]})}
+        rows += [{"kind": "window", "key": k, "state": json.dumps({
+            "samples": v, "labels": self.window_labels[k], "evaluated": self.window_evaluated.get(k)})}
                  for k, v in sorted(self.windows.items()) if v]
         rows += [{"kind": "last_hw", "key": c, "state": json.dumps(v, sort_keys=True)}
                  for c, v in sorted(self.last_hw.items())]
@@ -101,6 +113,8 @@ class EngineState:
             elif r["kind"] == "window":
                 s.windows[r["key"]] = [(int(t), dict(v)) for t, v in data["samples"]]
                 s.window_labels[r["key"]] = dict(data["labels"])
+                if data.get("evaluated") is not None:
+                    s.window_evaluated[r["key"]] = int(data["evaluated"])
             elif r["kind"] == "last_hw":
                 s.last_hw[r["key"]] = {k: int(v) for k, v in data.items()}
         return s
@@ -210,7 +224,10 @@ class AlertEngine:
         return frame
 
     def _windowed(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
-        """Sum each column over the trailing window, per entity, at every time the cluster reported."""
+        """Sum each column over the trailing window, per entity, at every point after the entity's last evaluated
+        one where its sum can change (one of its samples; a sample leaving the window) and at its cluster's
+        clock. Between those points the sum holds, so nothing else needs evaluating: in particular an entity is
+        not evaluated at the times other entities reported (as 'absent', it would resolve in between)."""
         w = self.state.windows
         prefix = f"{rule.name}/"
         if frame is not None:
@@ -220,34 +237,52 @@ class AlertEngine:
                 key = prefix + fingerprint(rule.name, labels)
                 w.setdefault(key, []).append((int(rec["ts"]), {c: float(rec[c]) for c in cols}))
                 self.state.window_labels[key] = labels
+        # An open alert whose samples have all left the window still needs evaluating (at zero) to resolve.
+        open_alerts = {k: a for k, a in self.state.alerts.items()
+                       if a.rule == rule.name and a.status in OPEN and not w.get(k)}
         rows = []
-        for key in sorted(k for k in w if k.startswith(prefix)):
-            labels = self.state.window_labels[key]
+        for key in sorted({k for k in w if k.startswith(prefix)} | set(open_alerts)):
+            labels = self.state.window_labels[key] if key in w else open_alerts[key].labels
             cluster = labels["cluster"]
-            samples = sorted(w[key], key=lambda s: s[0])
-            cols = sorted({c for _, v in samples for c in v})
+            samples = sorted(w.get(key, []), key=lambda s: s[0])
             ts = np.array([t for t, _ in samples], dtype=np.int64)
+            upto = clocks.get(cluster)
+            if upto is None:
+                continue  # the cluster reported nothing in this batch: no time has passed for it
+            done = self.state.window_evaluated.get(key, np.iinfo(np.int64).min)
+            candidates = np.concatenate([ts, ts + rule.window_ms, np.array([upto], dtype=np.int64)])
+            points = np.unique(candidates[(candidates > done) & (candidates <= upto)])
+            if not len(points):
+                continue
+            cols = sorted({c for _, v in samples for c in v})
             # Prefix sums: each point's window total is a difference of two of them (O(n log n), not O(n^2)).
             cum = np.vstack([np.zeros(len(cols)), np.cumsum([[v.get(c, 0.0) for c in cols] for _, v in samples],
-                                                            axis=0)])
-            points = np.unique(np.append(ts, [clocks[cluster]] if cluster in clocks else []).astype(np.int64))
+                                                            axis=0).reshape(len(samples), len(cols))])
             hi = np.searchsorted(ts, points, side="right")
             lo = np.searchsorted(ts, points - rule.window_ms, side="right")
             sums = cum[hi] - cum[lo]
             entity = {k: _typed(k, labels[k]) for k in rule.entity_keys}
-            frame = pd.DataFrame(sums, columns=cols).assign(run_id=cluster, ts=points, **entity)
-            rows.append(frame)
-            horizon = int(points.max()) - rule.window_ms if len(points) else 0
-            w[key] = [s for s in samples if s[0] > horizon]
+            rows.append(pd.DataFrame(sums, columns=cols).assign(run_id=cluster, ts=points, **entity))
+            self.state.window_evaluated[key] = int(points[-1])
+            if key in w:
+                horizon = int(points[-1]) - rule.window_ms
+                w[key] = [s for s in samples if s[0] > horizon]
         for key in [k for k in w if k.startswith(prefix) and not w[k]]:
             del w[key]
             self.state.window_labels.pop(key, None)
+        for key in [k for k in self.state.window_evaluated if k.startswith(prefix) and k not in w
+                    and k not in self.state.alerts]:
+            del self.state.window_evaluated[key]
         if not rows:
             return None
-        return pd.concat(rows, ignore_index=True).fillna(0.0)
+        out = pd.concat(rows, ignore_index=True)
+        missing = [c for c in SOURCES[rule.source].columns if c not in out.columns]
+        return out.assign(**dict.fromkeys(missing, 0.0)).fillna(0.0)
 
     def _has_windows(self, rule: Rule) -> bool:
-        return any(k.startswith(f"{rule.name}/") for k in self.state.windows)
+        prefix = f"{rule.name}/"
+        return any(k.startswith(prefix) for k in self.state.windows) or any(
+            a.rule == rule.name and a.status in OPEN for a in self.state.alerts.values())
 
     def _with_hw_advance(self, states: pd.DataFrame) -> pd.DataFrame:
         """Add `hw_advance`: how far each partition's HW moved since its previous sample (records committed
@@ -316,7 +351,8 @@ class AlertEngine:
             recs = sorted(by_entity.get(fp, []), key=lambda r: r["ts"])
             cluster = alert.cluster if alert else str(recs[0]["run_id"])
             present = {int(r["ts"]) for r in recs}
-            absent = [t for t in times.get(cluster, []) if t not in present]
+            # A windowed entity has a row wherever its sum changes (see _windowed): no time is "absent".
+            absent = [] if rule.window_ms else [t for t in times.get(cluster, []) if t not in present]
             seq = [(int(r["ts"]), bool(r["_cond"]), r) for r in recs] + [(t, False, None) for t in absent]
             for ts, cond, rec in sorted(seq, key=lambda s: (s[0], s[1])):
                 if alert is not None and ts <= alert.last_ms:
@@ -332,8 +368,12 @@ class AlertEngine:
         status = alert.status if alert else "inactive"
         if alert is not None:
             alert.last_ms = ts
+            if alert.fired_ms is not None:
+                self._count_change(alert, ts, cond)
         if not cond:
             if alert is None or status not in OPEN:
+                return alert, None
+            if status == "firing" and self._held(rule, alert, ts):
                 return alert, None
             new = "resolved" if status == "firing" else "inactive"
             alert.status, alert.resolved_ms = new, ts if new == "resolved" else None
@@ -346,19 +386,40 @@ class AlertEngine:
                        for name in ("summary", "description", "runbook")}
         if status in OPEN:
             assert alert is not None
-            alert.value, alert.annotations = value, annotations
+            alert.value, alert.annotations, alert.cleared_ms = value, annotations, None
             if status == "pending" and ts - alert.since_ms >= rule.for_ms:
                 alert.status, alert.fired_ms = "firing", ts
                 alert.inhibited = self._inhibited(rule, labels, ts)
                 return alert, self._transition(rule, alert, "firing", "pending", ts)
             return alert, None
-        alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value, annotations)
+        # A resolved alert firing again keeps its recent changes: that is how flapping is seen.
+        changes = alert.changes if alert is not None and status == "resolved" else []
+        alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value, annotations,
+                      changes=changes)
+        alert.flapping = self.config.flap_detection.flapping(len(changes))
         self.state.alerts[key] = alert
         if rule.for_ms == 0:
             alert.status, alert.fired_ms = "firing", ts
             alert.inhibited = self._inhibited(rule, labels, ts)
             return alert, self._transition(rule, alert, "firing", status, ts)
         return alert, self._transition(rule, alert, "pending", status, ts)
+
+    def _count_change(self, alert: Alert, ts: int, cond: bool) -> None:
+        """Record a change of the condition of an alert that has fired (firing, held, or resolved), keeping the
+        changes within the flap window, and whether that makes it flapping."""
+        flap = self.config.flap_detection
+        holding = alert.status == "firing" and alert.cleared_ms is None
+        if cond != holding:
+            alert.changes.append(ts)
+        alert.changes = [t for t in alert.changes if t > ts - flap.window_ms]
+        alert.flapping = flap.flapping(len(alert.changes))
+
+    def _held(self, rule: Rule, alert: Alert, ts: int) -> bool:
+        """A firing alert whose condition no longer holds stays firing while `keep_firing_for` has not passed
+        since the condition stopped, or while it is flapping."""
+        if alert.cleared_ms is None:
+            alert.cleared_ms = ts
+        return alert.flapping or ts - alert.cleared_ms < rule.keep_firing_for_ms
 
     def _inhibited(self, rule: Rule, labels: dict[str, str], ts: int) -> bool:
         """Was an inhibiting alert firing at `ts`? Inhibitors are evaluated first over the whole batch, so
@@ -375,7 +436,7 @@ class AlertEngine:
         starts = a.fired_ms if a.fired_ms is not None else a.since_ms
         return Transition(rule.name, a.fingerprint, a.cluster, status, previous, ts, rule.severity, rule.scope,
                           dict(a.labels), dict(a.annotations), a.value, starts,
-                          ts if status in ("resolved", "inactive") else None, a.inhibited)
+                          ts if status in ("resolved", "inactive") else None, a.inhibited, a.flapping)
 
     def _expire_resolved(self, clocks: dict[str, int]) -> None:
         """Resolved alerts stay visible in gold.alerts for `resolved_retention` of event time, then go."""

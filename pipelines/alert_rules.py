@@ -51,6 +51,7 @@ class Rule:
     severity: str
     for_ms: int = 0
     window_ms: int = 0
+    keep_firing_for_ms: int = 0      # a firing alert stays firing this long after its condition stops holding
     aggregate: str = "sum"
     value: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -62,6 +63,19 @@ class Rule:
     @property
     def entity_keys(self) -> tuple[str, ...]:
         return SCOPE_KEYS[self.scope]
+
+
+@dataclass(frozen=True)
+class FlapDetection:
+    """An open alert whose condition changed more than `max_changes` times within `window_ms` is flapping: it is
+    held firing (labelled so in gold) until the changes in the trailing window fall back to `max_changes`.
+    `max_changes` 0 turns flap detection off."""
+
+    window_ms: int = 600_000
+    max_changes: int = 4
+
+    def flapping(self, changes: int) -> bool:
+        return self.max_changes > 0 and changes > self.max_changes
 
 
 @dataclass(frozen=True)
@@ -87,13 +101,15 @@ class AlertConfig:
     receivers: tuple[Receiver, ...]
     resolved_retention_ms: int = 3_600_000
     external_url: str = "http://127.0.0.1:8000"
+    flap_detection: FlapDetection = field(default_factory=FlapDetection)
 
     def rule(self, name: str) -> Rule:
         return next(r for r in self.rules if r.name == name)
 
 
-_RULE_FIELDS = {"name", "source", "scope", "when", "for", "window", "aggregate", "value", "severity", "labels",
-                "summary", "description", "runbook", "inhibited_by"}
+_RULE_FIELDS = {"name", "source", "scope", "when", "for", "window", "keep_firing_for", "aggregate", "value",
+                "severity", "labels", "summary", "description", "runbook", "inhibited_by"}
+_TOP_LEVEL = {"rules", "receivers", "resolved_retention", "external_url", "flap_detection"}
 _RECEIVER_FIELDS = {"name", "url", "severities", "match_labels", "secret", "secret_env", "timeout", "max_attempts",
                     "give_up_after", "backoff_initial", "backoff_max"}
 
@@ -102,7 +118,7 @@ def parse_alert_config(raw: Any, origin: str, env: dict[str, str] | None = None)
     """Build the config from parsed YAML; `origin` (the file) and `env` (for secret_env) come from the caller."""
     if not isinstance(raw, dict):
         raise AlertConfigError(f"{origin}: expected a mapping with 'rules' and 'receivers'")
-    unknown = sorted(set(raw) - {"rules", "receivers", "resolved_retention", "external_url"})
+    unknown = sorted(set(raw) - _TOP_LEVEL)
     if unknown:
         raise AlertConfigError(f"{origin}: unknown top-level key(s) {unknown}")
     rules_raw = raw.get("rules")
@@ -132,7 +148,29 @@ def parse_alert_config(raw: Any, origin: str, env: dict[str, str] | None = None)
     except ValueError as e:
         raise AlertConfigError(f"{origin}: resolved_retention: {e}") from None
     external = str(raw.get("external_url", AlertConfig.external_url))
-    return AlertConfig(tuple(rules), tuple(receivers), retention, external)
+    return AlertConfig(tuple(rules), tuple(receivers), retention, external, _flap_detection(raw, origin))
+
+
+def _flap_detection(raw: dict[str, Any], origin: str) -> FlapDetection:
+    section = raw.get("flap_detection")
+    if section is None:
+        return FlapDetection()
+    where = f"{origin}: flap_detection"
+    if not isinstance(section, dict):
+        raise AlertConfigError(f"{where}: expected a mapping with 'window' and 'max_changes'")
+    unknown = sorted(set(section) - {"window", "max_changes"})
+    if unknown:
+        raise AlertConfigError(f"{where}: {unknown[0]}: unknown field (known: max_changes, window)")
+    try:
+        window = duration_ms(section.get("window", "10m"))
+    except ValueError as e:
+        raise AlertConfigError(f"{where}: window: {e}") from None
+    changes = section.get("max_changes", FlapDetection.max_changes)
+    if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
+        raise AlertConfigError(f"{where}: max_changes: expected an integer >= 0 (0: off), got {changes!r}")
+    if window <= 0 and changes:
+        raise AlertConfigError(f"{where}: window: must be longer than 0 while max_changes is set")
+    return FlapDetection(window, changes)
 
 
 def _rule(raw: Any, index: int, origin: str) -> Rule:
@@ -167,7 +205,7 @@ def _rule(raw: Any, index: int, origin: str) -> Rule:
     if aggregate not in AGGREGATES:
         raise fail("aggregate", f"{aggregate!r} is not one of {', '.join(AGGREGATES)}")
     times = {}
-    for key in ("for", "window"):
+    for key in ("for", "window", "keep_firing_for"):
         try:
             times[key] = duration_ms(raw.get(key, "0s"))
         except ValueError as e:
@@ -194,7 +232,7 @@ def _rule(raw: Any, index: int, origin: str) -> Rule:
             raise fail("inhibited_by", "expected a list of {rule: <name>, equal: [labels]}")
         inhibited.append(Inhibition(item["rule"], tuple(str(x) for x in item.get("equal") or ())))
     return Rule(raw["name"], source.name, scope, str(raw["when"]), raw["severity"], times["for"], times["window"],
-                aggregate, None if raw.get("value") is None else str(raw["value"]),
+                times["keep_firing_for"], aggregate, None if raw.get("value") is None else str(raw["value"]),
                 {str(k): str(v) for k, v in labels.items()}, raw.get("summary", ""), raw.get("description", ""),
                 raw.get("runbook", ""), tuple(inhibited))
 

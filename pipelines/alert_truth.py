@@ -20,6 +20,7 @@ CLASSES: dict[str, tuple[str, ...]] = {
     "unclean_elections": ("UncleanLeaderElection",),
     "offline_partitions": ("OfflinePartitions", "PartitionOffline"),
     "single_copy_acks": ("SingleCopyAcks",),
+    "isr_thrash": ("IsrThrash",),
 }
 CLASS_DOCS: dict[str, str] = {
     "writes_refused": "the partition has a leader and ISR < effective min ISR: acks=all produce is refused",
@@ -29,14 +30,18 @@ CLASS_DOCS: dict[str, str] = {
     "offline_partitions": "the partition has no leader (leader -1): no reads, no writes",
     "single_copy_acks": "a lone in-sync leader (ISR 1, effective min ISR <= 1, RF > 1) acknowledged acks=all "
                         "records in the interval",
+    "isr_thrash": "a follower keeps leaving and rejoining the ISR: at least 2 shrinks and 2 expands of the "
+                  "partition's ISR within the last 5 minutes (cluster_events), until that stops holding",
 }
+THRASH_WINDOW = pd.Timedelta(minutes=5)
+THRASH_MIN_CHANGES = 2
 CLUSTER_SCOPED = {"OfflinePartitions", "UncleanLeaderElection"}  # their alerts carry no topic/partition label
 
 EPISODE_COLUMNS = ["cls", "cluster", "topic", "partition", "start", "end", "records"]
 INTERVAL_COLUMNS = ["rule", "cluster", "topic", "partition", "fired", "resolved", "inhibited"]
 SUMMARY_COLUMNS = ["cls", "episodes", "detected", "recall", "alerts", "true_alerts", "precision",
-                   "delay_p50_s", "delay_p95_s", "delay_max_s"]
-MATCH_COLUMNS = ["cls", "cluster", "topic", "partition", "start", "end", "detected", "delay_s", "rule"]
+                   "delay_p50_s", "delay_p95_s", "delay_max_s", "pairs_max", "pairs_mean"]
+MATCH_COLUMNS = ["cls", "cluster", "topic", "partition", "start", "end", "detected", "delay_s", "rule", "pairs"]
 _KEYS = ["run_id", "topic", "partition"]
 _SAMPLE_KEYS = ["run_id", "ts", "topic", "partition"]
 
@@ -102,9 +107,39 @@ def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
         parts.append(pd.DataFrame({"cls": "unclean_elections", "cluster": unclean["run_id"],
                                    "topic": unclean["topic"], "partition": unclean["partition"],
                                    "start": unclean["ts"], "end": unclean["ts"], "records": 0.0}))
-    out = pd.concat([p[EPISODE_COLUMNS] for p in parts], ignore_index=True)
+        parts.append(thrash_episodes(ce))
+    out = pd.concat([p[EPISODE_COLUMNS] for p in parts if len(p)] or [parts[0][EPISODE_COLUMNS]], ignore_index=True)
     out = out.astype({"partition": "int64", "records": "float64"})
     return out.sort_values(["cls", "cluster", "topic", "partition", "start"], kind="stable", ignore_index=True)
+
+
+def thrash_episodes(cluster_events: pd.DataFrame) -> pd.DataFrame:
+    """ISR thrash (`CLASS_DOCS`): per partition, the spans in which its last 5 minutes hold at least two ISR
+    shrinks and two expands. The count only changes at an event or when one leaves the window, so those are
+    the only times looked at; a span ends at the first of them where the condition fails."""
+    ce = cluster_events[cluster_events["event_type"].isin(["isr_shrink", "isr_expand"])
+                        & cluster_events["topic"].notna() & cluster_events["partition"].notna()]
+    ts = pd.DatetimeIndex(ce["ts"])
+    tz = "UTC" if ts.tz is not None else None
+    ce = ce.assign(ts=(ts.tz_convert("UTC").tz_localize(None) if tz else ts).to_numpy("datetime64[ns]"))
+    window = THRASH_WINDOW.to_timedelta64()
+    found = []
+    for (cluster, topic, partition), g in ce.groupby(_KEYS, sort=True):
+        shrinks = np.sort(g.loc[g["event_type"] == "isr_shrink", "ts"].to_numpy())
+        expands = np.sort(g.loc[g["event_type"] == "isr_expand", "ts"].to_numpy())
+        times = np.unique(np.concatenate([shrinks, expands, shrinks + window, expands + window]))
+
+        def in_window(ts: np.ndarray, at: np.ndarray) -> np.ndarray:
+            return np.searchsorted(ts, at, side="right") - np.searchsorted(ts, at - window, side="right")
+
+        holds = (in_window(shrinks, times) >= THRASH_MIN_CHANGES) & (in_window(expands, times) >= THRASH_MIN_CHANGES)
+        starts = np.flatnonzero(holds & ~np.concatenate([[False], holds[:-1]]))
+        for i in starts:
+            stop = i + int(np.argmin(holds[i:])) if not holds[i:].all() else len(times) - 1
+            found.append({"cls": "isr_thrash", "cluster": cluster, "topic": topic, "partition": int(partition),
+                          "start": pd.Timestamp(times[i], tz=tz), "end": pd.Timestamp(times[stop], tz=tz),
+                          "records": 0.0})
+    return pd.DataFrame(found, columns=EPISODE_COLUMNS)
 
 
 def _labels(value: Any) -> dict[str, str]:
@@ -156,7 +191,11 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
           grace_ms: int = 15_000) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(summary per class, matches per episode): an alert of a class's rules matches an episode of the class in
     its cluster (and partition, unless the rule is cluster-scoped) when [fired, resolved or +inf] overlaps
-    [start - grace, end + grace]. Inhibited alerts count: they were evaluated and recorded."""
+    [start - grace, end + grace]. Inhibited alerts count: they were evaluated and recorded.
+
+    A flapping alert is not rewarded: per episode and rule only the first matching firing is true, a second
+    firing/resolved pair of the same rule for the same incident counts against precision (unless it is the
+    first for another episode). `pairs` is, per episode, the most firings one rule had for it."""
     _require(episodes, ["cls", "cluster", "topic", "partition", "start", "end"], "episodes")
     if grace_ms < 0:
         raise ValueError(f"grace_ms: must be >= 0, got {grace_ms}")
@@ -167,6 +206,8 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
         eps = episodes[episodes["cls"] == cls].reset_index(drop=True)
         alerts = intervals[intervals["rule"].isin(rules)].reset_index(drop=True)
         m = _matches(eps, alerts, grace)
+        per_rule = m.groupby(["eid", "rule"]).size().groupby(level="eid").max() if len(m) else pd.Series(dtype=int)
+        true_aids = m.sort_values(["eid", "rule", "fired"], kind="stable").drop_duplicates(["eid", "rule"])["aid"]
         first = m.sort_values(["eid", "fired", "rule"], kind="stable").drop_duplicates("eid").set_index("eid")
         delay = ((first["fired"] - first["start"]).dt.total_seconds().clip(lower=0.0)
                  if len(first) else pd.Series(dtype="float64"))
@@ -174,14 +215,18 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
         detected = idx.isin(first.index)
         per_episode.append(eps[["cls", "cluster", "topic", "partition", "start", "end"]].assign(
             detected=detected, delay_s=delay.reindex(idx).astype("float64").to_numpy(),
-            rule=first["rule"].reindex(idx).astype(object).where(detected, None).to_numpy()))
+            rule=first["rule"].reindex(idx).astype(object).where(detected, None).to_numpy(),
+            pairs=per_rule.reindex(idx).fillna(0).astype("int64").to_numpy()))
         d = delay.to_numpy(dtype="float64")
-        n_eps, n_det, n_alerts, n_true = len(eps), int(detected.sum()), len(alerts), int(m["aid"].nunique())
+        n_eps, n_det, n_alerts, n_true = len(eps), int(detected.sum()), len(alerts), int(true_aids.nunique())
+        pairs = per_rule.to_numpy(dtype="float64")
         rows.append({
             "cls": cls, "episodes": n_eps, "detected": n_det, "recall": n_det / n_eps if n_eps else np.nan,
             "alerts": n_alerts, "true_alerts": n_true, "precision": n_true / n_alerts if n_alerts else np.nan,
             "delay_p50_s": float(np.percentile(d, 50)) if len(d) else np.nan,
             "delay_p95_s": float(np.percentile(d, 95)) if len(d) else np.nan,
-            "delay_max_s": float(d.max()) if len(d) else np.nan})
+            "delay_max_s": float(d.max()) if len(d) else np.nan,
+            "pairs_max": float(pairs.max()) if len(pairs) else np.nan,
+            "pairs_mean": float(pairs.mean()) if len(pairs) else np.nan})
     matches = pd.concat(per_episode, ignore_index=True)[MATCH_COLUMNS]
     return pd.DataFrame(rows, columns=SUMMARY_COLUMNS), matches

@@ -43,3 +43,42 @@ def test_app_versions_skip_a_replayed_version_and_read_the_table_once(tmp_path: 
     # Another process (a restart) reads what was committed.
     assert AppVersions("app").committed(DELIVERIES, lake) == 2
     assert AppVersions("other").committed(DELIVERIES, lake) == -1
+
+
+def test_ensure_table_adds_new_nullable_columns_to_a_table_written_before_them(tmp_path: Path) -> None:
+    """gold.alerts gained `flapping`: a lakehouse written before keeps its rows, reads null there, and takes
+    appends of the new schema."""
+    import datetime as dt
+
+    from deltalake import write_deltalake
+
+    from schemas.gold import ALERTS
+
+    lake = str(tmp_path / "lakehouse")
+    old_schema = pa.schema([f for f in ALERTS.arrow_schema if f.name != "flapping"])
+    filler = {pa.string(): "x", pa.float64(): 1.0, pa.bool_(): False, pa.int64(): 1}
+    old_row: dict[str, Any] = {f.name: filler.get(f.type) for f in old_schema}
+    old_row |= {"status": "firing", "rule": "R", "fingerprint": "f", "labels": [("alertname", "R")],
+                **{f.name: dt.datetime(2026, 1, 1, tzinfo=dt.UTC) for f in old_schema if pa.types.is_timestamp(f.type)}}
+    write_deltalake(ALERTS.path(lake), pa.Table.from_pylist([old_row], schema=old_schema))
+    delta_io.ensure_table(ALERTS, lake)
+    delta_io.ensure_table(ALERTS, lake)   # nothing more to add: no new version
+    table = DeltaTable(ALERTS.path(lake))
+    assert table.version() == 1
+    rows = table.to_pyarrow_table().to_pylist()
+    assert [(r["fingerprint"], r["status"], r["flapping"]) for r in rows] == [("f", "firing", None)]
+    new_row = {**old_row, "fingerprint": "g", "flapping": True}
+    delta_io.append(ALERTS, lake, pa.Table.from_pylist([new_row], schema=ALERTS.arrow_schema))
+    got = sorted((r["fingerprint"], r["flapping"])
+                 for r in DeltaTable(ALERTS.path(lake)).to_pyarrow_table().to_pylist())
+    assert got == [("f", None), ("g", True)]
+
+
+def test_ensure_table_refuses_to_add_a_column_that_cannot_be_null(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+
+    lake = str(tmp_path / "lakehouse")
+    schema = pa.schema([f for f in DELIVERIES.arrow_schema if f.name != "outcome"])
+    write_deltalake(DELIVERIES.path(lake), schema.empty_table())
+    with pytest.raises(ValueError, match=r"gold.deliveries .* lacks column\(s\) \['outcome'\] that cannot be null"):
+        delta_io.ensure_table(DELIVERIES, lake)

@@ -221,3 +221,31 @@ def test_unclean_elections_are_their_own_episodes_scored_against_the_unclean_ele
     assert matches.loc[matches["detected"], "delay_s"].tolist() == [1.0]
     with pytest.raises(ValueError, match=r"cluster_events: missing column.* cause"):
         episodes(pd.DataFrame([state(0, 3)]), NO_ACKS, ce.drop(columns="cause"))
+
+
+def test_isr_thrash_episodes_span_while_the_window_holds_two_shrinks_and_two_expands() -> None:
+    ce = pd.DataFrame([event(s, kind, "lag") for s, kind in [
+        (0, "isr_shrink"), (20, "isr_expand"), (40, "isr_shrink"), (60, "isr_expand"), (100, "isr_shrink"),
+        (1000, "isr_shrink"), (1001, "isr_expand"), (1002, "election")]])
+    eps = episodes(pd.DataFrame([state(0, 3)]), NO_ACKS, ce)
+    # Holds from the expand at 60 s until the expand at 20 s leaves the 5-minute window (320 s); the lone pair
+    # at 1000 s is no thrash.
+    assert spans(eps, "isr_thrash") == [(0, at(60), at(320))]
+
+
+def test_a_second_firing_pair_for_one_incident_is_not_a_true_alert() -> None:
+    """A flapping alert: three firing/resolved pairs of one rule during one episode. The first is true, the
+    other two count against precision, and `pairs` says 3."""
+    flapping = alert("UnderMinIsr", 11, 12) + alert("UnderMinIsr", 13, 14) + alert("UnderMinIsr", 15, 21)
+    row, matches = run([ep("writes_refused", 10, 20)], flapping)
+    assert (row["alerts"], row["true_alerts"], row["precision"]) == (3, 1, pytest.approx(1 / 3))
+    assert (row["pairs_max"], row["pairs_mean"], matches.loc[0, "pairs"]) == (3.0, 3.0, 3)
+    # One pair per incident: precision 1, pairs 1. Two incidents, one alert each: both true.
+    row, matches = run([ep("writes_refused", 10, 20), ep("writes_refused", 100, 120)],
+                       alert("UnderMinIsr", 11, 21), alert("UnderMinIsr", 101, 121))
+    assert (row["true_alerts"], row["precision"], row["pairs_max"]) == (2, 1.0, 1.0)
+    assert list(matches["pairs"]) == [1, 1]
+    # Two rules of one class each firing once for an incident: one pair per rule, both true.
+    row, _ = run([ep("offline_partitions", 10, 20)], alert("OfflinePartitions", 12, 22),
+                 alert("PartitionOffline", 11, 21))
+    assert (row["true_alerts"], row["pairs_max"]) == (2, 1.0)

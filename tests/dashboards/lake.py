@@ -136,11 +136,13 @@ def ack_ledger_rows() -> list[dict[str, Any]]:
 
 
 def alert_rows() -> list[dict[str, Any]]:
-    def alert(cluster: str, status: str, severity: str, rule: str, since: int) -> dict[str, Any]:
+    def alert(cluster: str, status: str, severity: str, rule: str, since: int, flapping: bool = False
+              ) -> dict[str, Any]:
         return {"status": status, "cluster": cluster, "severity": severity, "rule": rule, "fingerprint": rule,
                 "summary": f"{rule} on orders-0", "value": 1.0, "active_since": at(since),
-                "fired_at": at(since) if status != "pending" else None}
-    return [alert("c1", "pending", "warning", "UnderReplicated", 10), alert("c1", "firing", "warning", "AtMinIsr", 17),
+                "fired_at": at(since) if status != "pending" else None, "flapping": flapping}
+    return [alert("c1", "pending", "warning", "UnderReplicated", 10),
+            alert("c1", "firing", "warning", "AtMinIsr", 17, flapping=True),
             alert("c1", "firing", "critical", "UnderMinIsr", 10), alert("c1", "resolved", "critical", "Offline", 15),
             alert("c0", "firing", "critical", "OldAlert", 0)]
 

@@ -98,7 +98,7 @@ def test_data_loss_events_are_unclean_elections_and_lost_acknowledged_records(re
 def test_active_alerts_are_the_clusters_pending_and_firing_most_severe_first(reader: LakehouseReader) -> None:
     alerts = data.active_alerts(reader, "c1")
     assert list(zip(alerts["severity"], alerts["status"], alerts["rule"], strict=True)) == [
-        ("critical", "firing", "UnderMinIsr"), ("warning", "firing", "AtMinIsr"),
+        ("critical", "firing", "UnderMinIsr"), ("warning", "firing (flapping)", "AtMinIsr"),
         ("warning", "pending", "UnderReplicated")]
     assert data.active_alerts(reader, None).empty
 

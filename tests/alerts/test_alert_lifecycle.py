@@ -1,0 +1,165 @@
+"""Alerts that do not flap: windowed rules hold between samples, keep_firing_for, flap detection, and the same
+transitions across batches and restarts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from isrwatch.alert_config import load_alert_config
+from pipelines.alert_engine import AlertEngine, EngineState, Transition
+from pipelines.alert_rules import AlertConfigError, parse_alert_config
+from tests.alerts.test_engine import T0, at, controller, of, partitions, run
+
+CONFIG = load_alert_config()
+EVENT_COLUMNS = ("elections", "unclean_elections", "produce_not_enough_replicas", "produce_rejected", "truncations",
+                 "records_truncated")
+
+
+def events(*rows: tuple[float, int, int, int]) -> dict[str, pd.DataFrame]:
+    """cluster_events samples: (second, partition, shrinks, expands) of topic t."""
+    return {"cluster_events": pd.DataFrame([{
+        "run_id": "c1", "ts": at(s), "topic": "t", "partition": p, "isr_shrinks": shrinks, "isr_expands": expands,
+        **dict.fromkeys(EVENT_COLUMNS, 0)} for s, p, shrinks, expands in rows])}
+
+
+def seconds(ts: list[Transition]) -> list[tuple[str, float]]:
+    return [(t.status, (t.ts_ms - T0.value // 10**6) / 1000) for t in ts]
+
+
+# Partition 0 thrashes (two shrinks, two expands in 60 s) while partition 1's events land in between, in the
+# same batch and in later ones: partition 0's window sum holds at those times.
+THRASH_THEN_NEIGHBOURS = [
+    events((0, 0, 1, 0), (20, 0, 0, 1), (40, 0, 1, 0), (60, 0, 0, 1), (61, 1, 1, 0), (70, 1, 0, 1)),
+    events((80, 1, 1, 0), (90, 1, 0, 1), (100, 0, 1, 0)),
+    events((120, 1, 1, 0)),
+    {"broker_metrics": controller(200)},
+    {"broker_metrics": controller(400)},
+]
+
+
+def test_a_windowed_alert_stays_firing_while_other_entities_report() -> None:
+    """The defect: partition 0's IsrThrash resolved at every event of another partition (counted as 'absent')
+    and fired again at its own next event. Now it fires once and resolves once, when its events leave the
+    5-minute window: it holds two shrinks and two expands until the expand at 20 s leaves, at 320 s."""
+    ts = run(AlertEngine(CONFIG), *THRASH_THEN_NEIGHBOURS)
+    p0 = [t for t in of(ts, "IsrThrash") if t.labels["partition"] == "0"]
+    assert seconds(p0) == [("firing", 60.0), ("resolved", 320.0)]
+    assert p0[0].annotations["summary"] == "t-0: ISR shrank 2 and expanded 2 times in 5 min"
+    # Partition 1 thrashes too (2 and 2 by 90 s; a third shrink at 120 s): its own single pair, resolved when
+    # its expand at 70 s leaves the window.
+    p1 = [t for t in of(ts, "IsrThrash") if t.labels["partition"] == "1"]
+    assert seconds(p1) == [("firing", 90.0), ("resolved", 370.0)]
+
+
+def test_a_windowed_alert_resolves_when_its_samples_leave_the_window_between_batches() -> None:
+    """The resolution happens at the moment the window lost a sample (event time), not at whatever time the
+    next batch reports, and the summary at firing counts what the window held."""
+    ts = run(AlertEngine(CONFIG), events((0, 0, 1, 0), (10, 0, 0, 1), (20, 0, 1, 0), (30, 0, 0, 1)),
+             {"broker_metrics": controller(1000)})
+    assert seconds(of(ts, "IsrThrash")) == [("firing", 30.0), ("resolved", 300.0)]
+
+
+def test_windowed_rules_give_the_same_transitions_across_batches_and_a_restart() -> None:
+    """Every event in its own batch, or all in one, or stopped and restored from the stored state halfway:
+    the same transitions at the same event times."""
+    flat = [row for batch in THRASH_THEN_NEIGHBOURS for row in batch.get("cluster_events", pd.DataFrame())
+            .itertuples(index=False)]
+    singles = [{"cluster_events": pd.DataFrame([r._asdict()])} for r in flat]
+    tail = THRASH_THEN_NEIGHBOURS[3:]
+    key = [(t.rule, t.status, t.ts_ms, t.fingerprint, t.annotations["summary"]) for t in
+           of(run(AlertEngine(CONFIG), *THRASH_THEN_NEIGHBOURS), "IsrThrash")]
+    one_by_one = of(run(AlertEngine(CONFIG), *singles, *tail), "IsrThrash")
+    assert [(t.rule, t.status, t.ts_ms, t.fingerprint, t.annotations["summary"]) for t in one_by_one] == key
+    first = AlertEngine(CONFIG)
+    part1 = run(first, *singles[:5])
+    restored = AlertEngine(CONFIG, EngineState.from_rows(first.state.to_rows()))
+    part2 = run(restored, *singles[5:], *tail)
+    assert [(t.rule, t.status, t.ts_ms, t.fingerprint, t.annotations["summary"])
+            for t in of(part1 + part2, "IsrThrash")] == key
+    assert restored.late == 0, "no point is evaluated twice"
+
+
+def _one_rule(**extra: Any) -> dict[str, Any]:
+    rule = {"name": "Low", "source": "partition_state", "scope": "partition", "when": "isr_size < 3",
+            "severity": "warning", "summary": "{topic}-{partition}"}
+    return {"rules": [{**rule, **{k: v for k, v in extra.items() if k != "flap_detection"}}],
+            **({"flap_detection": extra["flap_detection"]} if "flap_detection" in extra else {})}
+
+
+def flipping(pattern: str, start: int = 0) -> list[dict[str, pd.DataFrame]]:
+    """One partition_state batch a second: '1' the ISR is short (condition true), '0' full."""
+    return [{"partition_state": partitions(start + i, {0: 2 if c == "1" else 3})} for i, c in enumerate(pattern)]
+
+
+def test_keep_firing_for_holds_an_alert_through_short_gaps() -> None:
+    config = parse_alert_config(_one_rule(keep_firing_for="5s", flap_detection={"max_changes": 0}), "x.yaml")
+    ts = run(AlertEngine(config), *flipping("1101110011111000000000"))
+    # Gaps of 1 and 2 s are bridged; the condition false from 13 s resolves at 18 s (5 s later).
+    assert seconds(ts) == [("firing", 0.0), ("resolved", 18.0)]
+    without = run(AlertEngine(parse_alert_config(_one_rule(flap_detection={"max_changes": 0}), "x.yaml")),
+                  *flipping("1101110011111000000000"))
+    assert seconds(without) == [("firing", 0.0), ("resolved", 2.0), ("firing", 3.0), ("resolved", 6.0),
+                                ("firing", 8.0), ("resolved", 13.0)]
+
+
+def test_a_flapping_alert_is_held_firing_and_labelled_until_it_settles() -> None:
+    config = parse_alert_config(_one_rule(flap_detection={"window": "10s", "max_changes": 4}), "x.yaml")
+    e = AlertEngine(config)
+    ts = run(e, *flipping("10101010101" + "0" * 12))
+    # The first firing is not a change. Changes: resolved 1, fired 2, resolved 3, fired 4 (4 changes: not yet
+    # flapping); the fall at 5 s is the 5th: held firing, flapping. The condition keeps changing until 11 s
+    # (changes 2..11 remain in the 10 s window); it is false from 11 s on and the alert resolves once no more
+    # than 4 changes are left in the last 10 s: at 17 s (changes after 7 s: 8, 9, 10, 11).
+    assert seconds(ts) == [("firing", 0.0), ("resolved", 1.0), ("firing", 2.0), ("resolved", 3.0),
+                           ("firing", 4.0), ("resolved", 17.0)]
+    assert not any(t.flapping for t in ts)
+    assert e.state.alerts["Low/" + ts[0].fingerprint].flapping is False
+    # While it was held, gold.alerts showed it firing and flapping.
+    mid = AlertEngine(config)
+    run(mid, *flipping("1010101010"))
+    alert = mid.state.alerts["Low/" + ts[0].fingerprint]
+    assert (alert.status, alert.flapping, alert.cleared_ms) == ("firing", True, T0.value // 10**6 + 9000)
+    # With an odd limit a resolved alert can fire again already flapping: its transition says so.
+    odd = parse_alert_config(_one_rule(flap_detection={"window": "10s", "max_changes": 3}), "x.yaml")
+    again = run(AlertEngine(odd), *flipping("101010"))
+    assert [(s, t.flapping) for (s, _), t in zip(seconds(again), again, strict=True)] == [
+        ("firing", False), ("resolved", False), ("firing", False), ("resolved", False), ("firing", True)]
+
+
+def test_flap_state_survives_a_restart() -> None:
+    config = parse_alert_config(_one_rule(flap_detection={"window": "10s", "max_changes": 4}), "x.yaml")
+    batches = flipping("10101010101" + "0" * 12)
+    straight = seconds(run(AlertEngine(config), *batches))
+    first = AlertEngine(config)
+    part1 = run(first, *batches[:7])
+    restored = AlertEngine(config, EngineState.from_rows(first.state.to_rows()))
+    assert seconds(part1 + run(restored, *batches[7:])) == straight
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"flap_detection": {"max_changes": -1}}, "flap_detection: max_changes: expected an integer >= 0"),
+    ({"flap_detection": {"window": "often"}}, "flap_detection: window: expected a duration"),
+    ({"flap_detection": {"winodw": "5m"}}, "flap_detection: winodw: unknown field"),
+    ({"flap_detection": [4]}, "flap_detection: expected a mapping"),
+    ({"keep_firing_for": "a while"}, "rule 'Low': keep_firing_for: expected a duration"),
+])
+def test_bad_lifecycle_settings_fail_naming_the_field(raw: dict[str, Any], message: str) -> None:
+    with pytest.raises(AlertConfigError) as e:
+        parse_alert_config(_one_rule(**raw), "conf/x.yaml")
+    assert str(e.value).startswith("conf/x.yaml: ") and message in str(e.value)
+
+
+def test_a_flapping_transition_says_so_in_the_webhook_annotations_not_its_labels() -> None:
+    from pipelines.alertmanager import payload
+
+    event = {"status": "firing", "labels": {"alertname": "Low", "cluster": "c1", "topic": "t", "partition": "0"},
+             "summary": "t-0", "description": "", "runbook": "", "starts_at": 0, "ends_at": None,
+             "fingerprint": "fp", "event_id": "0-0"}
+    quiet, loud = payload({**event, "flapping": False}, "hook", "http://x"), payload(
+        {**event, "flapping": True}, "hook", "http://x")
+    assert quiet["alerts"][0]["annotations"] == {"summary": "t-0"}
+    assert loud["alerts"][0]["annotations"] == {"summary": "t-0", "flapping": "true"}
+    assert loud["alerts"][0]["labels"] == quiet["alerts"][0]["labels"]
