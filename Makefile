@@ -66,7 +66,7 @@ SELECT topic, acks, sum(records_acked) AS acked, sum(records_lost) AS acked_then
 SELECT topic, replication_factor AS rf, effective_min_isr AS min_isr, failure_domains, verdict_class, findings FROM gold.posture ORDER BY topic;\n\
 SELECT slo, round(max_by(sli_value, ts), 6) AS sli, round(max_by(error_budget_remaining, ts), 3) AS budget_left, round(max(burn_rate_1h), 1) AS worst_burn_1h, max(page) AS paged FROM gold.slo_status GROUP BY slo ORDER BY slo;\n\
 SELECT rule, severity, count_if(status = 'firing') AS firing, count_if(status = 'resolved') AS resolved FROM gold.alerts GROUP BY rule, severity ORDER BY rule;\n\
-SELECT outcome, count(*) AS attempts FROM gold.deliveries GROUP BY outcome;\n
+SELECT outcome, count(*) AS attempts FROM gold.deliveries WHERE outcome <> 'sending' GROUP BY outcome;\n
 
 # A webhook receiver prints the alerts it gets; the API and dashboards are served from the start (they fill
 # in as data lands); the emulator runs the default scenario (as fast as it can while sharing the CPU with

@@ -5,18 +5,30 @@ evaluation, which hands transitions over with `submit` and returns. A lane deliv
 strictly in gold.alert_events order: the head is retried with exponential backoff and full jitter
 (5xx, 408, 429, connection errors, timeouts) until it is delivered, rejected (any other 4xx: recorded,
 not retried) or given up (`give_up_after` / `max_attempts`). A transition matched by an active silence
-(api.silences, set through the API) is recorded as silenced and not sent. Every attempt is a
-gold.deliveries row.
+(api.silences, set through the API) is recorded as silenced and not sent.
 
-Restart: `recover()` re-queues every routed transition in gold.alert_events without a final outcome in
-gold.deliveries, so a receiver down across a restart still gets everything, in order. Delivery is
-at least once (a POST whose record was not yet flushed is sent again); receivers de-duplicate with the
-X-Isrwatch-Delivery header, which is the same on every attempt.
+Every attempt is on record, written before the POST and again after it: an intent row (outcome `sending`)
+is committed to gold.deliveries before the POST, and the outcome row (same delivery_id and attempt) after.
+A delta-rs commit per POST would be slow, so a lane commits the intents of its next due items together
+(at most `INTENTS_PER_COMMIT`, each at its next attempt number) and POSTs them in order; while it does, the
+intents of the items after them are committed in the background (`IntentCommit`), so a backlog does not wait
+for commits. A lane POSTs an item only once its intent is committed; outcome rows are buffered and flushed
+every `flush_every_s`. So a POST that was made always has a committed intent, while its outcome may be lost
+with the process. At most 2 x `INTENTS_PER_COMMIT` intents of a lane are committed and not yet POSTed; when
+the lane stops (not when it dies) those get the outcome `not_sent`.
+
+Restart: `recover()` gives every intent without an outcome the outcome `unknown` (the receiver may have
+got it) and re-queues every routed transition in gold.alert_events without a final outcome, at the next
+attempt number, so a receiver down across a restart still gets everything, in order. Delivery is at least
+once; receivers de-duplicate on the delivery id (`<event_id>@<receiver>`), the same on every attempt, in
+the X-Isrwatch-Delivery header and the payload's `isrwatchDeliveryId` (docs/webhooks.md).
 """
 
 from __future__ import annotations
 
+import os
 import random
+import signal
 import threading
 import time
 import urllib.error
@@ -25,6 +37,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any
 
 import pyarrow as pa
@@ -33,19 +46,32 @@ import pyarrow.compute as pc
 from isrwatch.delta_io import append, ensure_table, read_rows
 from isrwatch.silence_store import SilenceStore
 from pipelines.alert_rules import AlertConfig, Receiver
-from pipelines.alertmanager import DELIVERY_HEADER, SIGNATURE_HEADER, body_of, payload, signature
+from pipelines.alertmanager import (
+    ATTEMPT_HEADER,
+    DELIVERY_HEADER,
+    SIGNATURE_HEADER,
+    body_of,
+    delivery_id,
+    payload,
+    signature,
+)
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 
 FINAL = ("delivered", "rejected", "gave_up", "silenced")
+INTENT = "sending"          # the row committed before a POST; every other outcome ends an attempt
 RETRYABLE_4XX = (408, 429)
+INTENTS_PER_COMMIT = 50     # at most this many intents committed ahead of their POSTs per lane, in one commit
+UNKNOWN_ERROR = "no outcome recorded before the dispatcher stopped: the receiver may have got it"
 
 
 @dataclass
 class Pending:
     event: dict[str, Any]
-    attempt: int = 0              # attempts made so far
+    attempt: int = 0              # attempts begun so far (gold.deliveries.attempt of the last one)
     first_try: float | None = None
     due: float = 0.0
+    intended: int | None = None   # attempt whose intent is committed and whose POST is not made yet
+    intending: int | None = None  # attempt whose intent a background commit is writing (IntentCommit)
 
     @property
     def event_id(self) -> str:
@@ -57,6 +83,23 @@ def routed(event: dict[str, Any], receiver: Receiver) -> bool:
             and receiver.routes(event["severity"], dict(event["labels"])))
 
 
+class IntentCommit(threading.Thread):
+    """The intents of a lane's coming items, committed in the background while the lane POSTs earlier ones.
+    Only the lane thread reads and sets the items' `intending`/`intended`, after joining this thread."""
+
+    def __init__(self, dispatcher: WebhookDispatcher, receiver: Receiver, items: list[Pending]) -> None:
+        super().__init__(name=f"webhook-{receiver.name}-intents", daemon=True)
+        self.d, self.receiver = dispatcher, receiver
+        self.attempts = [(i, i.attempt + 1) for i in items]
+        self.error: Exception | None = None
+
+    def run(self) -> None:
+        try:
+            self.d.commit_intents(self.attempts, self.receiver)
+        except Exception as e:  # the lane commits them itself when it gets there
+            self.error = e
+
+
 class Lane(threading.Thread):
     def __init__(self, dispatcher: WebhookDispatcher, receiver: Receiver) -> None:
         super().__init__(name=f"webhook-{receiver.name}", daemon=True)
@@ -64,6 +107,7 @@ class Lane(threading.Thread):
         self.queue: deque[Pending] = deque()
         self.known: set[str] = set()   # event ids queued or finished: never queued twice
         self.cond = threading.Condition()
+        self.ahead: IntentCommit | None = None
 
     def add(self, item: Pending) -> None:
         with self.cond:
@@ -83,32 +127,45 @@ class Lane(threading.Thread):
                 while not self.queue and not self.d.stopping.is_set():
                     self.cond.wait(0.5)
                 if self.d.stopping.is_set():
-                    return
+                    break
                 head = self.queue[0]
                 wait = head.due - time.monotonic()
                 if wait > 0:
                     self.cond.wait(min(wait, 0.5))
                     continue
-            if self._attempt(head):
+                # The items behind the head that intents may be committed for (bounded: few intents are left
+                # never sent by a crash).
+                coming = list(islice(self.queue, 1, 2 * INTENTS_PER_COMMIT))
+            if self._attempt(head, coming):
                 with self.cond:
                     self.queue.popleft()
+        self._settle(wait=True)
+        self._not_sent()
 
-    def _attempt(self, item: Pending) -> bool:
-        """One POST; True when the item is finished (delivered, rejected or given up)."""
+    def _attempt(self, item: Pending, coming: list[Pending]) -> bool:
+        """One POST; True when the item is finished (delivered, rejected, given up or silenced)."""
         r = self.receiver
+        self._settle(wait=item.intending is not None)
         silenced_by = self.d.silences.matching(item.event["labels"])
         if silenced_by:
             # Alertmanager semantics: a silence suppresses the notification, not the alert (it stays in
             # gold.alerts and gold.alert_events). Final: when the silence ends, later transitions go out.
-            item.attempt += 1
+            # Not sent, so no intent is needed; one committed before the silence began is ended by this row.
+            item.attempt = item.intended or item.attempt + 1
+            item.intended = None
             self.d.record(item, r, "silenced", None, f"silenced by {', '.join(silenced_by)}", 0.0, None)
             return True
+        if item.intended is None and not self._commit_intents(item, coming[:INTENTS_PER_COMMIT - 1]):
+            return False
+        assert item.intended is not None, f"{item.event_id}: POST without a committed intent"
+        self._commit_ahead(coming)
+        item.attempt, item.intended = item.intended, None
+        ident = delivery_id(item.event_id, r.name)
         body = body_of(payload(item.event, r.name, self.d.config.external_url))
-        headers = {"Content-Type": "application/json", DELIVERY_HEADER: f"{item.event_id}@{r.name}",
+        headers = {"Content-Type": "application/json", DELIVERY_HEADER: ident, ATTEMPT_HEADER: str(item.attempt),
                    "User-Agent": "isrwatch"}
         if r.secret:
             headers[SIGNATURE_HEADER] = signature(body, r.secret)
-        item.attempt += 1
         now = time.monotonic()
         item.first_try = item.first_try if item.first_try is not None else now
         began, status, error = time.monotonic(), None, None
@@ -121,6 +178,7 @@ class Lane(threading.Thread):
         except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
             error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
         took_ms = (time.monotonic() - began) * 1000
+        self.d.posted()
         if status is not None and 200 <= status < 300:
             outcome = "delivered"
         elif status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX:
@@ -139,6 +197,62 @@ class Lane(threading.Thread):
         self.d.record(item, r, outcome, status, error, took_ms, next_at)
         return outcome != "retry"
 
+    def _unintended(self, items: list[Pending]) -> list[Pending]:
+        """Those without an intent, committed or being committed, that no active silence matches now."""
+        return [i for i in items if i.intended is None and i.intending is None
+                and not self.d.silences.matching(i.event["labels"])]
+
+    def _commit_intents(self, head: Pending, nearest: list[Pending]) -> bool:
+        """Commit the intents of the head and of the nearest items behind it, in one commit, now."""
+        batch = [head, *self._unintended(nearest)]
+        try:
+            self.d.commit_intents([(i, i.attempt + 1) for i in batch], self.receiver)
+        except Exception as e:  # no intent, no POST: wait and try again
+            self.d.log(f"webhook {self.receiver.name}: writing intents to gold.deliveries failed: {e}")
+            head.due = time.monotonic() + self.receiver.backoff_initial_s
+            return False
+        for item in batch:
+            item.intended = item.attempt + 1
+        return True
+
+    def _commit_ahead(self, coming: list[Pending]) -> None:
+        """When fewer than half a commit's worth of the coming items have their intent, commit the intents
+        of the next ones in the background."""
+        if self.ahead is not None:
+            return
+        runway = sum(i.intended is not None for i in coming[:INTENTS_PER_COMMIT])
+        if runway >= INTENTS_PER_COMMIT // 2:
+            return
+        batch = self._unintended(coming)[:INTENTS_PER_COMMIT]
+        if batch:
+            for item in batch:
+                item.intending = item.attempt + 1
+            self.ahead = IntentCommit(self.d, self.receiver, batch)
+            self.ahead.start()
+
+    def _settle(self, *, wait: bool) -> None:
+        """Take in the intents of the background commit once it ended (waiting for it when `wait`)."""
+        ahead = self.ahead
+        if ahead is None or (ahead.is_alive() and not wait):
+            return
+        ahead.join()
+        self.ahead = None
+        for item, attempt in ahead.attempts:
+            item.intended = attempt if ahead.error is None else None
+            item.intending = None
+        if ahead.error is not None:
+            self.d.log(f"webhook {self.receiver.name}: writing intents to gold.deliveries failed: {ahead.error}")
+
+    def _not_sent(self) -> None:
+        """Stopping between POSTs: end the intents committed for items not POSTed."""
+        with self.cond:
+            left = [i for i in self.queue if i.intended is not None]
+        for item in left:
+            item.attempt, item.intended = item.intended or item.attempt, None
+            self.d.record(item, self.receiver, "not_sent", None, "stopped before the POST", 0.0, None, quiet=True)
+        if left:
+            self.d.log(f"webhook {self.receiver.name}: stopped with {len(left)} intent(s) not sent")
+
 
 class WebhookDispatcher:
     def __init__(self, config: AlertConfig, lakehouse: str, *, flush_every_s: float = 0.5,
@@ -153,6 +267,10 @@ class WebhookDispatcher:
         self._lock = threading.Lock()
         self._flusher = threading.Thread(target=self._flush_loop, name="webhook-records", daemon=True)
         self.delivered = 0
+        self.posts = 0
+        # Fault injection for the restart tests: ISRWATCH_KILL_AT=webhook:<n>:after_post SIGKILLs the process
+        # once its n-th POST is answered, before the outcome is recorded (as jobs/streaming.die_here_if_asked).
+        self._kill_at = os.environ.get("ISRWATCH_KILL_AT", "")
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> WebhookDispatcher:
@@ -186,15 +304,26 @@ class WebhookDispatcher:
 
     # -- input -----------------------------------------------------------------------------------------
     def recover(self) -> int:
-        """Queue every routed transition that has no final outcome yet, in alert_events order."""
+        """End every intent left without an outcome (`unknown`), then queue every routed transition that
+        has no final outcome yet, in alert_events order, at its next attempt number."""
+        done = read_rows(DELIVERIES, self.lakehouse, ["delivery_id", "event_id", "receiver", "rule", "fingerprint",
+                                                      "alert_status", "attempt", "outcome"]).to_pylist()
+        ended = {(d["delivery_id"], d["attempt"]) for d in done if d["outcome"] != INTENT}
+        unresolved = {(d["delivery_id"], d["attempt"]): d for d in done
+                      if d["outcome"] == INTENT and (d["delivery_id"], d["attempt"]) not in ended}
+        if unresolved:
+            now = datetime.now(UTC)
+            rows = [{**d, "outcome": "unknown", "http_status": None, "error": UNKNOWN_ERROR, "attempted_at": now,
+                     "duration_ms": 0.0, "next_attempt_at": None} for d in unresolved.values()]
+            append(DELIVERIES, self.lakehouse, pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema))
+            self.log(f"webhooks: {len(rows)} attempt(s) without an outcome recorded as unknown (sent again)")
         events = read_rows(ALERT_EVENTS, self.lakehouse)
         if not events.num_rows:
             return 0
         events = events.filter(pc.is_in(events["status"], pa.array(["firing", "resolved"])))
-        done = read_rows(DELIVERIES, self.lakehouse, ["event_id", "receiver", "attempt", "outcome"]).to_pylist()
         final = {(d["event_id"], d["receiver"]) for d in done if d["outcome"] in FINAL}
         attempts: dict[tuple[str, str], int] = {}
-        for d in done:
+        for d in done:   # intents count: an attempt that may have been sent is never numbered again
             key = (d["event_id"], d["receiver"])
             attempts[key] = max(attempts.get(key, 0), d["attempt"])
         rows = sorted(events.to_pylist(), key=lambda e: (e["eval_batch_id"], e["seq"]))
@@ -220,18 +349,28 @@ class WebhookDispatcher:
                     lane.add(Pending(event))
 
     # -- records ---------------------------------------------------------------------------------------
-    def record(self, item: Pending, r: Receiver, outcome: str, status: int | None, error: str | None,
-               took_ms: float, next_at: float | None) -> None:
+    def commit_intents(self, attempts: list[tuple[Pending, int]], r: Receiver) -> None:
+        """One commit of intent rows (outcome `sending`), before any of these attempts' POSTs."""
         now = datetime.now(UTC)
-        row = {"delivery_id": f"{item.event_id}@{r.name}", "event_id": item.event_id, "receiver": r.name,
-               "rule": item.event["rule"], "fingerprint": item.event["fingerprint"],
-               "alert_status": item.event["status"], "attempt": item.attempt, "outcome": outcome,
-               "http_status": status, "error": error, "attempted_at": now, "duration_ms": took_ms,
-               "next_attempt_at": None if next_at is None else datetime.fromtimestamp(next_at, tz=UTC)}
+        rows = [_row(item, r, attempt, INTENT, None, None, now, 0.0, None) for item, attempt in attempts]
+        append(DELIVERIES, self.lakehouse, pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema))
+
+    def posted(self) -> None:
+        """A POST was answered (or failed); its outcome is not recorded yet."""
+        with self._lock:
+            self.posts += 1
+            n = self.posts
+        if self._kill_at == f"webhook:{n}:after_post":
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def record(self, item: Pending, r: Receiver, outcome: str, status: int | None, error: str | None,
+               took_ms: float, next_at: float | None, *, quiet: bool = False) -> None:
+        next_ts = None if next_at is None else datetime.fromtimestamp(next_at, tz=UTC)
+        row = _row(item, r, item.attempt, outcome, status, error, datetime.now(UTC), took_ms, next_ts)
         with self._lock:
             self._records.append(row)
         self.delivered += outcome == "delivered"
-        if outcome != "delivered":
+        if outcome != "delivered" and not quiet:
             self.log(f"webhook {r.name}: {item.event['rule']} {item.event['status']} attempt {item.attempt}: "
                      f"{outcome} ({error or status})")
 
@@ -253,6 +392,14 @@ class WebhookDispatcher:
                 self.flush()
             except Exception as e:  # a failed flush keeps nothing from retrying; report and go on
                 self.log(f"webhooks: writing gold.deliveries failed: {e}")
+
+
+def _row(item: Pending, r: Receiver, attempt: int, outcome: str, status: int | None, error: str | None,
+         at: datetime, took_ms: float, next_at: datetime | None) -> dict[str, Any]:
+    return {"delivery_id": delivery_id(item.event_id, r.name), "event_id": item.event_id, "receiver": r.name,
+            "rule": item.event["rule"], "fingerprint": item.event["fingerprint"],
+            "alert_status": item.event["status"], "attempt": attempt, "outcome": outcome, "http_status": status,
+            "error": error, "attempted_at": at, "duration_ms": took_ms, "next_attempt_at": next_at}
 
 
 def _as_event(row: dict[str, Any]) -> dict[str, Any]:

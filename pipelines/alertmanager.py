@@ -1,7 +1,9 @@
 """Alert transitions as Alertmanager webhook payloads (version "4"), and their HMAC-SHA256 signature.
 
 Existing Alertmanager receivers parse these unchanged: one POST per transition, with that alert alone
-in `alerts`, grouped by alertname, cluster and the alert's entity.
+in `alerts`, grouped by alertname, cluster and the alert's entity. The one field Alertmanager does not send,
+top-level `isrwatchDeliveryId`, is the delivery id (`<event_id>@<receiver>`, also the X-Isrwatch-Delivery
+header): the same on every attempt and after restarts, so a receiver drops duplicates on it (docs/webhooks.md).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from typing import Any
 
 SIGNATURE_HEADER = "X-Isrwatch-Signature"
 DELIVERY_HEADER = "X-Isrwatch-Delivery"
+ATTEMPT_HEADER = "X-Isrwatch-Attempt"       # gold.deliveries.attempt of this POST: 1, 2, ...
+DELIVERY_ID_FIELD = "isrwatchDeliveryId"    # top level of the payload; Alertmanager receivers ignore it
 ZERO_TIME = "0001-01-01T00:00:00Z"  # Alertmanager's endsAt for an alert still firing
 
 
@@ -25,10 +29,17 @@ def rfc3339(ts: Any) -> str:
     return ts.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def delivery_id(event_id: str, receiver: str) -> str:
+    """One transition to one receiver: the same on every attempt (gold.deliveries.delivery_id)."""
+    return f"{event_id}@{receiver}"
+
+
 def payload(event: dict[str, Any], receiver: str, external_url: str) -> dict[str, Any]:
     """`event` is a gold.alert_events row (labels as a dict)."""
     labels = dict(sorted(dict(event["labels"]).items()))
     annotations = {k: event[k] for k in ("summary", "description", "runbook") if event.get(k)}
+    if event.get("flapping"):   # an annotation, not a label: labels are the alert's identity to receivers
+        annotations["flapping"] = "true"
     status = "resolved" if event["status"] == "resolved" else "firing"
     group = {k: labels[k] for k in ("alertname", "cluster", "topic", "partition", "broker_id") if k in labels}
     group_key = "{}:{" + ",".join(f'{k}="{v}"' for k, v in group.items()) + "}"
@@ -42,6 +53,7 @@ def payload(event: dict[str, Any], receiver: str, external_url: str) -> dict[str
         "commonLabels": labels,
         "commonAnnotations": annotations,
         "externalURL": external_url,
+        DELIVERY_ID_FIELD: delivery_id(str(event["event_id"]), receiver),
         "alerts": [{
             "status": status,
             "labels": labels,

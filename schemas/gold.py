@@ -22,6 +22,8 @@ _ALERT_COLUMNS = (
     ("runbook", pa.string(), False, "rendered runbook text"),
     ("value", pa.float64(), False, "the rule's `value` expression at the last sample"),
     ("inhibited", pa.bool_(), False, "an inhibiting alert was firing when this one fired: recorded, not delivered"),
+    ("flapping", pa.bool_(), True, "its condition changed more often than flap_detection allows: held firing "
+     "until it settles (null in rows written before flap detection existed)"),
 )
 
 _schema, _docs = columns(
@@ -75,19 +77,24 @@ _schema, _docs = columns(
     ("rule", pa.string(), False, "alert rule"),
     ("fingerprint", pa.string(), False, "alert fingerprint"),
     ("alert_status", pa.string(), False, "firing or resolved"),
-    ("attempt", pa.int32(), False, "1 for the first attempt"),
-    ("outcome", pa.string(), False, "delivered, retry (will try again), rejected (4xx, not retried), gave_up, "
-     "silenced (an active silence matched: not sent)"),
+    ("attempt", pa.int32(), False, "1 for the first attempt; X-Isrwatch-Attempt"),
+    ("outcome", pa.string(), False, "sending: the attempt's intent, committed before its POST; then the row that "
+     "ends the attempt: delivered, retry (will try again), rejected (4xx, not retried), gave_up, silenced (an active "
+     "silence matched: not sent), not_sent (stopped before the POST), unknown (no outcome was recorded before a "
+     "crash: the receiver may have got it; sent again)"),
     ("http_status", pa.int32(), True, "the receiver's HTTP status, null when no response"),
     ("error", pa.string(), True, "why it failed (connection error, timeout, status text)"),
-    ("attempted_at", TS, False, "wall time of the attempt"),
-    ("duration_ms", pa.float64(), False, "wall time the attempt took"),
+    ("attempted_at", TS, False, "wall time the row was written: the intent's commit, or the attempt's end"),
+    ("duration_ms", pa.float64(), False, "wall time the POST took (0 for rows without a POST)"),
     ("next_attempt_at", TS, True, "for retry: when the next attempt is due"),
 )
+# An attempt is two rows with the same (delivery_id, attempt): its intent (`sending`, absent when nothing was to
+# be sent: silenced) and its end; count attempts as rows with outcome <> 'sending'.
+DELIVERY_OUTCOMES = ("delivered", "retry", "rejected", "gave_up", "silenced", "not_sent", "unknown")
 DELIVERIES = TableDef(
-    "gold", "deliveries", _schema, ("delivery_id", "attempt"),
-    "Every webhook delivery attempt and its outcome.", _docs,
-    expectations=(in_set("outcome", ["delivered", "retry", "rejected", "gave_up", "silenced"]),),
+    "gold", "deliveries", _schema, ("delivery_id", "attempt", "outcome"),
+    "Every webhook delivery attempt: its intent, written before the POST, and its outcome.", _docs,
+    expectations=(in_set("outcome", ["sending", *DELIVERY_OUTCOMES]),),
 )
 
 GOLD_ALERT_TABLES: tuple[TableDef, ...] = (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES)

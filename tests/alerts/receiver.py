@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -12,6 +13,7 @@ class Receiver:
     def __init__(self, port: int = 0) -> None:
         self.requests: list[dict[str, Any]] = []
         self.answers: list[int] = []      # statuses to answer with, in order; then 200
+        self.after_answer: Callable[[int], None] | None = None  # called with the POST's number once answered
         self.lock = threading.Lock()
         self.got = threading.Condition(self.lock)
         self.port = port
@@ -31,9 +33,12 @@ class Receiver:
                     status = outer.answers.pop(0) if outer.answers else 200
                     outer.requests.append({"headers": dict(self.headers), "body": body,
                                            "json": json.loads(body), "status": status})
+                    n = len(outer.requests)
                     outer.got.notify_all()
                 self.send_response(status)
                 self.end_headers()
+                if outer.after_answer is not None:
+                    outer.after_answer(n)
 
             def log_message(self, *args: Any) -> None:
                 pass

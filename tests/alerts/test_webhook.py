@@ -1,5 +1,6 @@
 """Webhook delivery against a real HTTP receiver on 127.0.0.1: Alertmanager payload, HMAC signature,
-order, a receiver down across a dispatcher restart, 5xx retried, 4xx recorded and not retried."""
+order, a receiver down across a dispatcher restart, 5xx retried, 4xx recorded and not retried.
+(A dispatcher killed mid-delivery: test_webhook_records.py.)"""
 
 from __future__ import annotations
 
@@ -46,11 +47,11 @@ def store(lake: str, rows: list[dict[str, Any]], batch: int) -> None:
     write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(rows, schema=ALERT_EVENTS.arrow_schema), "test", batch)
 
 
-def dispatcher(lake: str, url: str, **receiver: Any) -> WebhookDispatcher:
+def dispatcher(lake: str, url: str, flush_every_s: float = 0.1, **receiver: Any) -> WebhookDispatcher:
     r = Receiver("hook", url, secret=SECRET, timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.2,
                  **receiver)
     config = AlertConfig(CONFIG.rules, (r,), external_url="http://isrwatch.example")
-    return WebhookDispatcher(config, lake, flush_every_s=0.1, rng=random.Random(1))
+    return WebhookDispatcher(config, lake, flush_every_s=flush_every_s, rng=random.Random(1))
 
 
 def free_port() -> int:
@@ -66,8 +67,14 @@ def receiver() -> Any:
     r.stop()
 
 
-def deliveries(lake: str) -> list[dict[str, Any]]:
+def records(lake: str) -> list[dict[str, Any]]:
+    """Every gold.deliveries row: intents (`sending`) and the rows that end attempts."""
     return sorted(read_rows(DELIVERIES, lake).to_pylist(), key=lambda d: (d["attempted_at"], d["attempt"]))
+
+
+def deliveries(lake: str) -> list[dict[str, Any]]:
+    """The attempts: the rows that end them (outcomes), without the intents."""
+    return [d for d in records(lake) if d["outcome"] != "sending"]
 
 
 def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver: HttpReceiver) -> None:
@@ -85,7 +92,8 @@ def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver
     assert not verify(got[0]["body"] + b" ", SECRET, got[0]["headers"][SIGNATURE_HEADER])
     first, second = got[0]["json"], got[1]["json"]
     assert set(first) == {"version", "groupKey", "truncatedAlerts", "status", "receiver", "groupLabels",
-                          "commonLabels", "commonAnnotations", "externalURL", "alerts"}
+                          "commonLabels", "commonAnnotations", "externalURL", "alerts", "isrwatchDeliveryId"}
+    assert first["isrwatchDeliveryId"] == "0-0@hook"
     assert (first["version"], first["status"], first["receiver"]) == ("4", "firing", "hook")
     alert = first["alerts"][0]
     assert alert["labels"] == {"alertname": "UnderMinIsr", "cluster": "c1", "partition": "0",
@@ -96,6 +104,9 @@ def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver
     assert second["status"] == "resolved" and second["alerts"][0]["endsAt"] == "2026-01-01T00:00:01.000Z"
     assert [(r["event_id"], r["attempt"], r["outcome"], r["http_status"]) for r in deliveries(lake)] == \
            [(f"0-{i}", 1, "delivered", 200) for i in range(6)]
+    # Each attempt's intent was committed before its POST: all six in the lane's first commit.
+    assert sorted((r["event_id"], r["attempt"], r["outcome"]) for r in records(lake)
+                  if r["outcome"] == "sending") == [(f"0-{i}", 1, "sending") for i in range(6)]
 
 
 def test_receiver_down_across_a_restart_loses_nothing(tmp_path: Path) -> None:
@@ -107,8 +118,13 @@ def test_receiver_down_across_a_restart_loses_nothing(tmp_path: Path) -> None:
     first.submit(rows)
     first.wait_idle(1.5)            # nothing listens: every attempt is refused and retried
     first.stop()
-    refused = deliveries(lake)
-    assert refused and {r["outcome"] for r in refused} == {"retry"} and {r["event_id"] for r in refused} == {"0-0"}
+    ended = deliveries(lake)
+    refused = [r for r in ended if r["outcome"] == "retry"]
+    assert refused and {r["event_id"] for r in refused} == {"0-0"}
+    # The three behind the head had their intents committed (with a retry of the head) and were never sent.
+    assert sorted((r["event_id"], r["attempt"]) for r in ended if r["outcome"] == "not_sent") == \
+           [("0-1", 1), ("0-2", 1), ("0-3", 1)]
+    assert len(ended) == len(refused) + 3
     receiver = HttpReceiver(port).start()
     try:
         more = events(2, batch=1)
@@ -121,7 +137,8 @@ def test_receiver_down_across_a_restart_loses_nothing(tmp_path: Path) -> None:
         got = [r["headers"]["X-Isrwatch-Delivery"] for r in receiver.delivered()]
         assert got == [f"0-{i}@hook" for i in range(4)] + [f"1-{i}@hook" for i in range(2)]
         final = [r for r in deliveries(lake) if r["outcome"] == "delivered"]
-        assert len(final) == 6 and final[0]["attempt"] == max(r["attempt"] for r in refused) + 1
+        assert [(r["event_id"], r["attempt"]) for r in final] == \
+               [("0-0", len(refused) + 1), ("0-1", 2), ("0-2", 2), ("0-3", 2), ("1-0", 1), ("1-1", 1)]
     finally:
         receiver.stop()
 
