@@ -9,13 +9,12 @@ not retried) or given up (`give_up_after` / `max_attempts`). A transition matche
 
 Every attempt is on record, written before the POST and again after it: an intent row (outcome `sending`)
 is committed to gold.deliveries before the POST, and the outcome row (same delivery_id and attempt) after.
-A delta-rs commit per POST would be slow, so a lane commits the intents of its next due items together
-(at most `INTENTS_PER_COMMIT`, each at its next attempt number) and POSTs them in order; while it does, the
-intents of the items after them are committed in the background (`IntentCommit`), so a backlog does not wait
-for commits. A lane POSTs an item only once its intent is committed; outcome rows are buffered and flushed
-every `flush_every_s`. So a POST that was made always has a committed intent, while its outcome may be lost
-with the process. At most 2 x `INTENTS_PER_COMMIT` intents of a lane are committed and not yet POSTed; when
-the lane stops (not when it dies) those get the outcome `not_sent`.
+A delta-rs commit per POST would be slow, so a lane commits the intents of its head and the items queued
+behind it together (at most `INTENTS_PER_COMMIT`, each at its next attempt number) and POSTs them in order:
+one commit per 50 POSTs of a backlog. A lane POSTs an item only once its intent is committed; outcome rows
+are buffered and flushed every `flush_every_s`. So a POST that was made always has a committed intent, while
+its outcome may be lost with the process. At most `INTENTS_PER_COMMIT` intents of a lane are committed and
+not yet POSTed; when the lane stops (not when it dies) those get the outcome `not_sent`.
 
 Restart: `recover()` gives every intent without an outcome the outcome `unknown` (the receiver may have
 got it) and re-queues every routed transition in gold.alert_events without a final outcome, at the next
@@ -71,7 +70,6 @@ class Pending:
     first_try: float | None = None
     due: float = 0.0
     intended: int | None = None   # attempt whose intent is committed and whose POST is not made yet
-    intending: int | None = None  # attempt whose intent a background commit is writing (IntentCommit)
 
     @property
     def event_id(self) -> str:
@@ -83,23 +81,6 @@ def routed(event: dict[str, Any], receiver: Receiver) -> bool:
             and receiver.routes(event["severity"], dict(event["labels"])))
 
 
-class IntentCommit(threading.Thread):
-    """The intents of a lane's coming items, committed in the background while the lane POSTs earlier ones.
-    Only the lane thread reads and sets the items' `intending`/`intended`, after joining this thread."""
-
-    def __init__(self, dispatcher: WebhookDispatcher, receiver: Receiver, items: list[Pending]) -> None:
-        super().__init__(name=f"webhook-{receiver.name}-intents", daemon=True)
-        self.d, self.receiver = dispatcher, receiver
-        self.attempts = [(i, i.attempt + 1) for i in items]
-        self.error: Exception | None = None
-
-    def run(self) -> None:
-        try:
-            self.d.commit_intents(self.attempts, self.receiver)
-        except Exception as e:  # the lane commits them itself when it gets there
-            self.error = e
-
-
 class Lane(threading.Thread):
     def __init__(self, dispatcher: WebhookDispatcher, receiver: Receiver) -> None:
         super().__init__(name=f"webhook-{receiver.name}", daemon=True)
@@ -107,7 +88,6 @@ class Lane(threading.Thread):
         self.queue: deque[Pending] = deque()
         self.known: set[str] = set()   # event ids queued or finished: never queued twice
         self.cond = threading.Condition()
-        self.ahead: IntentCommit | None = None
 
     def add(self, item: Pending) -> None:
         with self.cond:
@@ -135,17 +115,15 @@ class Lane(threading.Thread):
                     continue
                 # The items behind the head that intents may be committed for (bounded: few intents are left
                 # never sent by a crash).
-                coming = list(islice(self.queue, 1, 2 * INTENTS_PER_COMMIT))
+                coming = list(islice(self.queue, 1, INTENTS_PER_COMMIT))
             if self._attempt(head, coming):
                 with self.cond:
                     self.queue.popleft()
-        self._settle(wait=True)
         self._not_sent()
 
     def _attempt(self, item: Pending, coming: list[Pending]) -> bool:
         """One POST; True when the item is finished (delivered, rejected, given up or silenced)."""
         r = self.receiver
-        self._settle(wait=item.intending is not None)
         silenced_by = self.d.silences.matching(item.event["labels"])
         if silenced_by:
             # Alertmanager semantics: a silence suppresses the notification, not the alert (it stays in
@@ -155,10 +133,9 @@ class Lane(threading.Thread):
             item.intended = None
             self.d.record(item, r, "silenced", None, f"silenced by {', '.join(silenced_by)}", 0.0, None)
             return True
-        if item.intended is None and not self._commit_intents(item, coming[:INTENTS_PER_COMMIT - 1]):
+        if item.intended is None and not self._commit_intents(item, coming):
             return False
         assert item.intended is not None, f"{item.event_id}: POST without a committed intent"
-        self._commit_ahead(coming)
         item.attempt, item.intended = item.intended, None
         ident = delivery_id(item.event_id, r.name)
         body = body_of(payload(item.event, r.name, self.d.config.external_url))
@@ -198,9 +175,8 @@ class Lane(threading.Thread):
         return outcome != "retry"
 
     def _unintended(self, items: list[Pending]) -> list[Pending]:
-        """Those without an intent, committed or being committed, that no active silence matches now."""
-        return [i for i in items if i.intended is None and i.intending is None
-                and not self.d.silences.matching(i.event["labels"])]
+        """Those without a committed intent that no active silence matches now."""
+        return [i for i in items if i.intended is None and not self.d.silences.matching(i.event["labels"])]
 
     def _commit_intents(self, head: Pending, nearest: list[Pending]) -> bool:
         """Commit the intents of the head and of the nearest items behind it, in one commit, now."""
@@ -214,34 +190,6 @@ class Lane(threading.Thread):
         for item in batch:
             item.intended = item.attempt + 1
         return True
-
-    def _commit_ahead(self, coming: list[Pending]) -> None:
-        """When fewer than half a commit's worth of the coming items have their intent, commit the intents
-        of the next ones in the background."""
-        if self.ahead is not None:
-            return
-        runway = sum(i.intended is not None for i in coming[:INTENTS_PER_COMMIT])
-        if runway >= INTENTS_PER_COMMIT // 2:
-            return
-        batch = self._unintended(coming)[:INTENTS_PER_COMMIT]
-        if batch:
-            for item in batch:
-                item.intending = item.attempt + 1
-            self.ahead = IntentCommit(self.d, self.receiver, batch)
-            self.ahead.start()
-
-    def _settle(self, *, wait: bool) -> None:
-        """Take in the intents of the background commit once it ended (waiting for it when `wait`)."""
-        ahead = self.ahead
-        if ahead is None or (ahead.is_alive() and not wait):
-            return
-        ahead.join()
-        self.ahead = None
-        for item, attempt in ahead.attempts:
-            item.intended = attempt if ahead.error is None else None
-            item.intending = None
-        if ahead.error is not None:
-            self.d.log(f"webhook {self.receiver.name}: writing intents to gold.deliveries failed: {ahead.error}")
 
     def _not_sent(self) -> None:
         """Stopping between POSTs: end the intents committed for items not POSTed."""
