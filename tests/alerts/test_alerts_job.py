@@ -24,7 +24,7 @@ from isrwatch.delta_io import read_rows
 from isrwatch.settings import load_settings
 from jobs.alerts import start_alerts
 from pipelines.alertmanager import verify
-from schemas.gold import ALERT_EVENTS, ALERTS
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver
 from tests.lakes import UNCLEAN
 
@@ -135,22 +135,43 @@ def test_posture_findings_and_slo_burn_go_through_the_same_lifecycle(alerted: tu
 
 def test_killed_alerts_job_restarts_without_duplicate_or_lost_transitions(
         silver_lake: str, alerted: tuple[str, list[Any]], tmp_path: Path) -> None:
-    """Compared with the uninterrupted run of the `alerted` fixture (same rules, same batches)."""
+    """Compared with the uninterrupted run of the `alerted` fixture (same rules, same batches): killed twice,
+    each run restarting from the checkpoint the killed one left, then run to the end."""
     rules = rules_file(tmp_path, "http://127.0.0.1:9/unused")
     reference = alerted[0]
     lake = copy_lake(silver_lake, tmp_path / "killed")
     cmd = [sys.executable, str(ROOT / "jobs/alerts.py"), "--lakehouse", lake, "--rules", rules, "--trigger",
            "available-now", "--max-files-per-trigger", "1", "--no-webhooks"]
+
+    def run_killed_at(point: str) -> None:
+        env = {**os.environ, "ISRWATCH_KILL_AT": point}
+        killed = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert killed.returncode == -9, killed.stderr[-2000:]
+
     # Killed after its transitions are committed but before its engine state and Spark's own commit.
-    env = {**os.environ, "ISRWATCH_KILL_AT": "alerts:0:after_events"}
-    killed = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert killed.returncode == -9, killed.stderr[-2000:]
+    run_killed_at("alerts:0:after_events")
     assert {e["eval_batch_id"] for e in transitions(lake)} == {0}
+    # Killed after the engine state of a batch that left alerts firing is committed, before Spark's commit:
+    # the restart replays that batch (writing nothing) and goes on from the engine state it loads.
+    expected_events = transitions(reference)
+    state_batch = max(1, min(e["eval_batch_id"] for e in expected_events if e["status"] == "firing"))
+    assert state_batch < max(e["eval_batch_id"] for e in expected_events)
+    run_killed_at(f"alerts:{state_batch}:after_state")
+    assert {r["batch_id"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {state_batch}
+    assert max(e["eval_batch_id"] for e in transitions(lake)) <= state_batch
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
 
     def key(e: dict[str, Any]) -> tuple[Any, ...]:
         return (e["eval_batch_id"], e["seq"], e["rule"], e["fingerprint"], e["status"], e["ts"])
 
-    expected, got = [key(e) for e in transitions(reference)], [key(e) for e in transitions(lake)]
+    expected, got = [key(e) for e in expected_events], [key(e) for e in transitions(lake)]
     assert len(expected) > 10 and got == expected
+    # gold.alerts and the engine state: the uninterrupted run's, row for row.
+    for td, ignore in ((ALERTS, ()), (ALERTS_STATE, ())):
+        want = sorted(sorted((k, repr(v)) for k, v in r.items() if k not in ignore)
+                      for r in read_rows(td, reference).to_pylist())
+        have = sorted(sorted((k, repr(v)) for k, v in r.items() if k not in ignore)
+                      for r in read_rows(td, lake).to_pylist())
+        assert len(have) == len(want) > 0, td.name
+        assert have == want, td.name

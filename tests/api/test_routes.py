@@ -68,12 +68,16 @@ def test_alerts_list_equals_gold_alerts_and_filters_agree(client: TestClient, ap
     topic_alerts = client.get("/api/v1/alerts", params={"topic": "orders", "limit": 1000}).json()["items"]
     assert topic_alerts and all(a["labels"]["topic"] == "orders" for a in topic_alerts)
     assert len(topic_alerts) == sum(dict(a["labels"]).get("topic") == "orders" for a in gold)
+    # lose-two's broker 2 stops reporting for 30 s: BrokerNotReporting, labelled with its broker_id.
     brokers = [a for a in gold if "broker_id" in dict(a["labels"])]
-    if brokers:
-        b = int(dict(brokers[0]["labels"])["broker_id"])
-        got = client.get("/api/v1/alerts", params={"broker": b, "limit": 1000}).json()["items"]
-        assert {a["fingerprint"] for a in got} == {a["fingerprint"] for a in brokers
-                                                   if dict(a["labels"])["broker_id"] == str(b)}
+    assert brokers, "the fixture's lakehouse must hold a broker-labelled alert"
+    assert ("lose-two-s3", "BrokerNotReporting", "2") in {
+        (a["cluster"], a["rule"], dict(a["labels"])["broker_id"]) for a in brokers}
+    got = client.get("/api/v1/alerts", params={"broker": 2, "limit": 1000}).json()["items"]
+    assert got
+    assert {a["fingerprint"] for a in got} == {a["fingerprint"] for a in brokers
+                                               if dict(a["labels"])["broker_id"] == "2"}
+    assert client.get("/api/v1/alerts", params={"broker": 9, "limit": 1000}).json()["items"] == []
     # Most urgent first: critical before warning before info.
     ranks = [{"critical": 0, "warning": 1, "info": 2}[a["severity"]] for a in everything["items"]]
     assert ranks == sorted(ranks)
@@ -209,17 +213,40 @@ def test_query_runs_one_select_with_a_row_cap(client: TestClient, api_lake: str)
     assert with_cte.json()["rows"] == [[2]]
 
 
-@pytest.mark.parametrize("sql", [
-    "DROP TABLE gold.alerts", "DELETE FROM gold.alerts", "INSERT INTO gold.alerts SELECT * FROM gold.alerts",
-    "CREATE EXTERNAL TABLE x STORED AS CSV LOCATION '/etc/passwd'", "COPY (SELECT 1) TO '/tmp/isrwatch-x.csv'",
-    "SELECT 1; SELECT 2", "SELECT 1; DROP TABLE gold.alerts", "SET datafusion.execution.batch_size = 1",
-    "SELECT * FROM '/etc/passwd'", "SELECT * FROM \"../../../etc/passwd\"", "SELECT * FROM bronze.\"../gold\"",
-    "EXPLAIN SELECT 1", "", "   ;  ",
+ONLY_SELECT = "rejected: only SELECT queries are allowed, got '{}'"
+ONE_STATEMENT = ("rejected: This feature is not implemented: The context currently only supports a single SQL "
+                 "statement")
+NO_TABLE = "query failed: Error during planning: table '{}' not found"
+
+
+@pytest.mark.parametrize(("sql", "detail"), [
+    ("DROP TABLE gold.alerts", ONLY_SELECT.format("DROP")),
+    ("DELETE FROM gold.alerts", ONLY_SELECT.format("DELETE")),
+    ("INSERT INTO gold.alerts SELECT * FROM gold.alerts", ONLY_SELECT.format("INSERT")),
+    ("CREATE EXTERNAL TABLE x STORED AS CSV LOCATION '/etc/passwd'", ONLY_SELECT.format("CREATE")),
+    ("COPY (SELECT 1) TO '/tmp/isrwatch-x.csv'", ONLY_SELECT.format("COPY")),
+    ("SELECT 1; SELECT 2", ONE_STATEMENT),
+    ("SELECT 1; DROP TABLE gold.alerts", ONE_STATEMENT),
+    ("SET datafusion.execution.batch_size = 1", ONLY_SELECT.format("SET")),
+    # File paths are not tables: planning finds no such table.
+    ("SELECT * FROM '/etc/passwd'", NO_TABLE.format("datafusion.public./etc/passwd")),
+    ("SELECT * FROM \"../../../etc/passwd\"", NO_TABLE.format("datafusion.public.../../../etc/passwd")),
+    ("SELECT * FROM bronze.\"../gold\"", NO_TABLE.format("datafusion.bronze.../gold")),
+    ("EXPLAIN SELECT 1", ONLY_SELECT.format("EXPLAIN")),
+    ("   ;  ", "rejected: empty query"),
 ])
-def test_query_rejects_everything_but_one_select(client: TestClient, sql: str) -> None:
+def test_query_rejects_everything_but_one_select(client: TestClient, sql: str, detail: str) -> None:
     r = client.post("/api/v1/query", json={"sql": sql})
-    assert r.status_code in (400, 422), r.text
-    assert r.json()["detail"]
+    assert r.status_code == 400, r.text
+    assert r.json() == {"detail": detail}
+
+
+def test_an_empty_query_is_422(client: TestClient) -> None:
+    r = client.post("/api/v1/query", json={"sql": ""})
+    assert r.status_code == 422, r.text
+    assert r.json() == {"detail": [{"type": "string_too_short", "loc": ["body", "sql"],
+                                    "msg": "String should have at least 1 character", "input": "",
+                                    "ctx": {"min_length": 1}}]}
 
 
 def test_a_query_past_the_time_limit_is_408(api_lake: str) -> None:

@@ -1,16 +1,26 @@
-"""Same scenario and seed: byte-identical output. Random swarm schedules: no invariant violations."""
+"""Same scenario and seed: byte-identical output, in one process and in bronze Delta tables written by two
+processes. Another seed: other partition states and events. Random swarm schedules: no invariant violations."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
+from deltalake import DeltaTable
 
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
+from schemas.bronze import BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from schemas.table import TableDef
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SWARM = {
     "name": "swarm",
@@ -32,10 +42,11 @@ SWARM = {
 
 
 class CapturingSink:
-    """Serialises every batch to Arrow IPC bytes, to compare runs byte for byte."""
+    """Serialises every batch to Arrow IPC bytes, to compare runs byte for byte, and keeps the tables."""
 
     def __init__(self) -> None:
         self.blobs: list[bytes] = []
+        self.tables: dict[str, list[pa.Table]] = {}
 
     def write_batch(self, batch_id: int, tables: dict[TableDef, pa.Table]) -> list[str]:
         for td in sorted(tables, key=lambda t: t.name):
@@ -43,28 +54,68 @@ class CapturingSink:
             with ipc.new_stream(buf, tables[td].schema) as w:
                 w.write_table(tables[td])
             self.blobs.append(buf.getvalue())
+            self.tables.setdefault(td.name, []).append(tables[td])
         return [td.name for td in tables]
 
+    def rows_without_run_id(self, td: TableDef) -> list[dict[str, Any]]:
+        """The table's rows in emission order, without `run_id` (which names the seed in every row)."""
+        return [r for t in self.tables[td.name] for r in t.drop_columns(["run_id"]).to_pylist()]
 
-def _run(seed: int) -> tuple[dict, list[bytes]]:
+
+def _run(seed: int) -> tuple[dict, CapturingSink]:
     sink = CapturingSink()
     sim = Simulation(parse_scenario({**SWARM, "seed": seed}, "<swarm>"), sink)
     summary = sim.run()
-    return summary, sink.blobs
+    return summary, sink
 
 
 def test_same_seed_gives_byte_identical_outputs() -> None:
-    a, blobs_a = _run(11)
-    b, blobs_b = _run(11)
+    a, sink_a = _run(11)
+    b, sink_b = _run(11)
     assert a == b
-    assert blobs_a == blobs_b
-    assert sum(len(x) for x in blobs_a) > 10_000
+    assert sink_a.blobs == sink_b.blobs
+    assert sum(len(x) for x in sink_a.blobs) > 10_000
 
 
-def test_different_seed_differs() -> None:
-    _, blobs_a = _run(11)
-    _, blobs_b = _run(12)
-    assert blobs_a != blobs_b
+def test_different_seed_gives_other_partition_states_and_events() -> None:
+    """Compared without run_id: it names the seed, so rows holding it differ even if the seed were ignored."""
+    _, sink_a = _run(11)
+    _, sink_b = _run(12)
+    for td in (PARTITION_STATE, CLUSTER_EVENTS):
+        rows_a, rows_b = sink_a.rows_without_run_id(td), sink_b.rows_without_run_id(td)
+        assert rows_a, td.name
+        assert rows_a != rows_b, f"{td.name}: seeds 11 and 12 gave the same rows"
+
+
+def _emulate_in_a_process(scenario: str, seed: int, lake: Path, hash_seed: int) -> subprocess.Popen[str]:
+    """`isrwatch emulate` in a process of its own; `hash_seed` sets its str/bytes hashes (and set order)."""
+    cli = Path(sys.executable).parent / "isrwatch"
+    return subprocess.Popen([str(cli), "emulate", "--scenario", str(ROOT / "conf/scenarios" / scenario),
+                             "--seed", str(seed), "--duration", "35s", "--lakehouse", str(lake), "--quiet"],
+                            cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _bronze(lake: Path, td: TableDef) -> list[dict[str, Any]]:
+    """The table's rows sorted by its natural key (then whole row: Delta files come in no set order)."""
+    rows = DeltaTable(td.path(str(lake))).to_pyarrow_table().to_pylist()
+    return sorted(rows, key=lambda r: (tuple(r[c] for c in td.natural_key), repr(r)))
+
+
+@pytest.mark.parametrize("scenario", ["unclean-election-loses-d-and-e.yaml", "silent-min-isr-cap.yaml"])
+def test_same_seed_in_two_processes_writes_identical_bronze_tables(scenario: str, tmp_path: Path) -> None:
+    """Two `isrwatch emulate` processes (other hash seeds, other start times), same scenario and seed."""
+    lakes = [tmp_path / "a", tmp_path / "b"]
+    procs = [_emulate_in_a_process(scenario, 21, lake, hash_seed) for hash_seed, lake in enumerate(lakes, 1)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+    for td in BRONZE_TABLES:
+        a, b = _bronze(lakes[0], td), _bronze(lakes[1], td)
+        assert a == b, f"bronze.{td.name} differs between two processes: --scenario {scenario} --seed 21"
+    assert {r["seed"] for r in _bronze(lakes[0], RUNS)} == {21}
+    for td in (PARTITION_STATE, CLUSTER_EVENTS):
+        assert _bronze(lakes[0], td), td.name
 
 
 # Followers long-poll for 3 s, so fetches are often parked at a leader when it stops; restarts and

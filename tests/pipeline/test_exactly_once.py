@@ -1,5 +1,6 @@
 """Exactly once: validate is SIGKILLed mid-stream (a real subprocess), restarted from its checkpoint, and
-silver ends up equal to bronze row for row. Also: the job runs under pyspark's own spark-submit."""
+silver and quarantine end up equal to bronze's valid and invalid rows, row for row. Also: the job runs under
+pyspark's own spark-submit."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from deltalake import DeltaTable
 from isrwatch.spark import delta_jars
 from schemas.bronze import BROKER_METRICS, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
-from tests.pipeline.helpers import emulate, rows
+from tests.pipeline.helpers import append, emulate, key_of, rows
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +31,20 @@ JOB = ROOT / "jobs" / "validate.py"
 def bronze_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     lake = tmp_path_factory.mktemp("template") / "lakehouse"
     emulate(str(lake), flush_every_intervals=7)  # 3 bronze commits per table: a micro-batch each
+    return lake
+
+
+@pytest.fixture(scope="module")
+def bronze_with_bad_rows(bronze_template: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The template and a fourth broker_metrics commit (micro-batch 3): two invalid rows and a valid one."""
+    lake = tmp_path_factory.mktemp("with-bad-rows") / "lakehouse"
+    shutil.copytree(bronze_template, lake)
+    gauge = next(r for r in rows(BROKER_METRICS, str(lake))
+                 if r["name"] == "UnderReplicatedPartitions" and r["broker_id"] == 1)
+    ms = timedelta(milliseconds=1)
+    append(BROKER_METRICS, str(lake), [{**gauge, "ts": gauge["ts"] + ms, "value": -5.0},
+                                       {**gauge, "ts": gauge["ts"] + 2 * ms, "kind": "histogram"},
+                                       {**gauge, "ts": gauge["ts"] + 3 * ms}])
     return lake
 
 
@@ -49,11 +65,11 @@ def _table(td: Any, lake: Path) -> list[dict[str, Any]]:
     return DeltaTable(td.path(str(lake))).to_pyarrow_table().to_pylist()
 
 
-def _restart_and_check(lake: Path) -> None:
+def _restart_and_check(lake: Path, invalid: int = 0) -> None:
     restarted = subprocess.run(_validate_cmd(lake), env=_env(), cwd=ROOT, capture_output=True, text=True,
                                timeout=600)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
-    _assert_silver_is_bronze(lake)
+    _assert_silver_is_bronze(lake, invalid)
 
 
 def _dq_rows(lake: Path) -> int:
@@ -63,33 +79,49 @@ def _dq_rows(lake: Path) -> int:
         return 0
 
 
-def _assert_silver_is_bronze(lake: Path) -> None:
+def _assert_silver_is_bronze(lake: Path, invalid: int) -> None:
+    """Each bronze row once in silver or, for the `invalid` rows (value < 0 or kind not a Kafka one), once in
+    quarantine; one dq record per micro-batch, together counting every bronze row."""
     names = BROKER_METRICS.arrow_schema.names
-    bronze = sorted(tuple(r[c] for c in names) for r in rows(BROKER_METRICS, str(lake)))
+    bronze = rows(BROKER_METRICS, str(lake))
+    bad = [r for r in bronze if r["value"] < 0 or r["kind"] not in ("gauge", "meter")]
+    assert len(bad) == invalid
+    good = sorted(tuple(r[c] for c in names) for r in bronze if r not in bad)
     silver = sorted(tuple(r[c] for c in names) for r in _table(SILVER_TABLES["broker_metrics"], lake))
-    assert len(silver) == len(bronze)
-    assert silver == bronze
-    assert _table(QUARANTINE_TABLES["broker_metrics"], lake) == []
+    assert len(silver) == len(good)
+    assert silver == good
+    quarantine = _table(QUARANTINE_TABLES["broker_metrics"], lake)
+    assert len(quarantine) == invalid
+    assert sorted(key_of(BROKER_METRICS, r) for r in quarantine) == sorted(key_of(BROKER_METRICS, r) for r in bad)
     dq = _table(DQ_RUNS, lake)
     batch_ids = [d["validate_batch_id"] for d in dq]
     assert len(batch_ids) == len(set(batch_ids)), "a batch's dq record was written twice"
     assert sum(d["rows_in"] for d in dq) == len(bronze)
+    assert sum(d["rows_quarantined"] for d in dq) == invalid
 
 
-@pytest.mark.parametrize("kill_at", [
-    "broker_metrics:1:after_silver",  # silver committed, quarantine and dq_runs not: replay skips silver
-    pytest.param("broker_metrics:2:after_dq", marks=pytest.mark.slow),  # all written, batch not committed
-])
-def test_sigkill_at_a_write_boundary_then_restart(bronze_template: Path, tmp_path: Path, kill_at: str) -> None:
-    lake = tmp_path / "lakehouse"
-    shutil.copytree(bronze_template, lake)
+def _kill_at(lake: Path, kill_at: str) -> None:
     killed = subprocess.run(_validate_cmd(lake), env=_env(ISRWATCH_KILL_AT=kill_at), cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    batch = int(kill_at.split(":")[1])
-    partial = _table(DQ_RUNS, lake)
-    assert len(partial) == (batch + 1 if kill_at.endswith("after_dq") else batch)
-    _restart_and_check(lake)
+
+
+def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path) -> None:
+    """Killed at three write boundaries in turn, each run restarting from the checkpoint the killed one left,
+    then run to the end (four job runs where one kill per test would take six)."""
+    lake = tmp_path / "lakehouse"
+    shutil.copytree(bronze_with_bad_rows, lake)
+    # Batch 1's silver committed; its quarantine, dq record and Spark's commit not: the replay skips silver.
+    _kill_at(lake, "broker_metrics:1:after_silver")
+    assert [d["validate_batch_id"] for d in _table(DQ_RUNS, lake)] == [0]
+    # Batches 1 and 2 all written, batch 2 not committed by Spark: the replay of batch 2 writes nothing.
+    _kill_at(lake, "broker_metrics:2:after_dq")
+    assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
+    # Batch 3's silver row and its two quarantined rows committed, its dq record not: the replay skips both.
+    _kill_at(lake, "broker_metrics:3:after_quarantine")
+    assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
+    assert len(_table(QUARANTINE_TABLES["broker_metrics"], lake)) == 2
+    _restart_and_check(lake, invalid=2)
 
 
 def test_sigkill_from_outside_while_batches_run_then_restart(bronze_template: Path, tmp_path: Path) -> None:
