@@ -222,7 +222,8 @@ def _shift(td: TableDef, t: pa.Table, s: _Shifts, k: int, last_copy: bool) -> pa
         off = s.offsets_for(t, k)
         for name in ("leader_epoch", "partition_epoch"):
             cols[name] = pc.add(t[name], s.epochs * k)
-        cols["high_watermark"] = pc.add(t["high_watermark"], off)
+        hw = t["high_watermark"]  # an offline partition keeps -1 (validate checks HW is -1 when offline)
+        cols["high_watermark"] = pc.if_else(pc.less(hw, 0), hw, pc.add(hw, off))
         cols["replica_leos"] = _add_to_list(t["replica_leos"], off)
     if td is CONSUMER_PROGRESS:
         off = s.offsets_for(t, k)

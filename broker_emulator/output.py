@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_emulator.config import acks_label
+from broker_emulator.controller import CONTROLLER_NODE_ID
 from broker_emulator.metrics import MBEANS, metric_name
 from schemas.bronze import (
     ACK_LEDGER,
@@ -187,7 +188,8 @@ class Recorder:
         self._events()
         self._extend(RUNS, scenario=[sim.scenario.name], seed=[sim.scenario.seed], start_ts=[self._ts(0)],
                      end_ts=[self._ts()], metric_interval_ms=[sim.scenario.metric_interval_ms],
-                     brokers=[len(sim.brokers.ids)], final=[final],
+                     brokers=[len(sim.brokers.ids)], broker_ids=[sorted(sim.brokers.ids)],
+                     controller_ids=[[CONTROLLER_NODE_ID]], final=[final],
                      summary=[json.dumps(build_summary(sim), sort_keys=True)])
         tables: dict[TableDef, pa.Table] = {}
         for td, cols in self.cols.items():

@@ -54,8 +54,17 @@ from jobs.validate_routes import (
     TableCheck,
     route_on_driver,
 )
-from pipelines.context import METER_KEY, LastCounts, newest_meter_counts
+from pipelines.context import (
+    METER_KEY,
+    PARTITION_KEY,
+    STATE_VALUES,
+    LastCounts,
+    LastStates,
+    newest_meter_counts,
+    newest_partition_states,
+)
 from pipelines.driver_context import RunWindows, TopicPartitions
+from pipelines.driver_invariants import BrokerRegistry
 from pipelines.great_expectations_check import SuiteValidator
 from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
@@ -107,11 +116,15 @@ class UnionValidator:
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
         self.last_counts = {td.name: LastCounts(lookback_us) for td in self.tables if "previous_count" in td.context}
+        self.last_states = {td.name: LastStates(lookback_us) for td in self.tables if "previous_state" in td.context}
         self.context = DriverContext(RunWindows(self._reference_loader(RUNS, ("run_id", "batch_id", "start_ts",
                                                                               "end_ts"))),
                                      TopicPartitions(self._reference_loader(TOPIC_CONFIGS, ("run_id", "topic",
                                                                                            "partitions"))),
-                                     self.last_counts, self._silver_counts_before)
+                                     self.last_counts, self._silver_counts_before,
+                                     BrokerRegistry(self._reference_loader(RUNS, ("run_id", "broker_ids",
+                                                                                  "controller_ids"))),
+                                     self.last_states, self._silver_states_before)
         self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
                              for td in self.tables}
         self.table_stats = {td.name: BatchStats() for td in self.tables}
@@ -152,6 +165,7 @@ class UnionValidator:
                                         names=[*(f.name for f in struct.type), "ingested_at"])
             if td.name == RUNS.name:
                 self.context.run_windows.fold(rows)
+                self.context.brokers.fold(rows)
             elif td.name == TOPIC_CONFIGS.name:
                 self.context.topics.fold(rows)
             routed.append((route_on_driver(td, rows, batch_id, self.context, self._appender(td.name), lake),
@@ -190,6 +204,8 @@ class UnionValidator:
         for c, _ in checks:  # after the batch committed: a replay must see what silver holds
             if c.valid_meters is not None:
                 self.last_counts[c.table].fold(c.valid_meters())
+            if c.valid_states is not None:
+                self.last_states[c.table].fold(c.valid_states())
             self.table_stats[c.table].add(batch_id, c.rows_in, c.rows_valid, duration_ms)
         self.stats.add(batch_id, sum(c.rows_in for c, _ in checks), sum(c.rows_valid for c, _ in checks),
                        duration_ms)
@@ -216,6 +232,17 @@ class UnionValidator:
         rows = (self.spark.read.format("delta").load(silver_path)  # ts compared directly: file skipping
                 .where(F.col("run_id").isin(run_ids) & (F.col("ts") >= since) & (F.col("ts") < before)))
         return newest_meter_counts(rows).toPandas()
+
+    def _silver_states_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
+        """The newest silver snapshot per partition before the batch, within the look-back."""
+        silver_path = SILVER_TABLES[td.name].path(self.settings.lakehouse)
+        if not is_delta_table(self.spark, silver_path):
+            return pd.DataFrame(columns=[*PARTITION_KEY, "ts", *STATE_VALUES])
+        lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
+        since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
+        rows = (self.spark.read.format("delta").load(silver_path)
+                .where(F.col("run_id").isin(run_ids) & (F.col("ts") >= since) & (F.col("ts") < before)))
+        return newest_partition_states(rows).toPandas()
 
     def _maintain(self) -> None:
         from delta.tables import DeltaTable
@@ -297,7 +324,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
 
 def _context_tables(td: TableDef) -> set[str]:
     needs = set()
-    if "run_window" in td.context:
+    if "run_window" in td.context or "broker_registry" in td.context:
         needs.add(RUNS.name)
     if "topic" in td.context:
         needs.add(TOPIC_CONFIGS.name)

@@ -28,14 +28,24 @@ from jobs.streaming import die_here_if_asked
 from pipelines.arrow_expectations import evaluate, failures
 from pipelines.context import (
     METER_KEY,
+    PARTITION_KEY,
+    STATE_VALUES,
     LastCounts,
+    LastStates,
     newest_meter_counts,
+    newest_partition_states,
+    with_broker_registry,
     with_previous_count,
+    with_previous_state,
+    with_replication_invariants,
     with_run_window,
     with_topic,
 )
 from pipelines.driver_context import RunWindows, TopicPartitions
 from pipelines.driver_context import with_previous_count as with_previous_count_on_driver
+from pipelines.driver_invariants import BrokerRegistry
+from pipelines.driver_invariants import with_previous_state as with_previous_state_on_driver
+from pipelines.driver_invariants import with_replication_invariants as with_replication_invariants_on_driver
 from pipelines.expectations import FAILURES, VALID, CompiledExpectations, failure_counts
 from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
 from schemas.bronze import RUNS, TOPIC_CONFIGS
@@ -64,6 +74,7 @@ class TableCheck:
     ge: GeOutcome
     runs: list[str]
     valid_meters: Callable[[], Any] | None  # -> frame for `LastCounts.fold` (None: the table has no meters)
+    valid_states: Callable[[], Any] | None = None  # -> frame for `LastStates.fold` (None: no partition states)
 
 
 def verified(td: TableDef, batch_id: int, counts: dict[str, int], outcome: GeOutcome) -> None:
@@ -80,6 +91,9 @@ class DriverContext:
     topics: TopicPartitions
     last_counts: dict[str, LastCounts]  # bronze table -> its meters' latest counts
     silver_counts_before: Callable[[TableDef, list[str], int], Any]  # first batch after a start
+    brokers: BrokerRegistry
+    last_states: dict[str, LastStates]  # bronze table -> its partitions' latest snapshots
+    silver_states_before: Callable[[TableDef, list[str], int], Any]  # first batch after a start
 
     def meter_counts(self, td: TableDef, runs: list[str], min_ts_us: int) -> LastCounts:
         """The table's known meter counts, loaded from silver (what it holds before the batch) on the first
@@ -87,6 +101,15 @@ class DriverContext:
         last = self.last_counts[td.name]
         if not last.loaded:
             last.fold(self.silver_counts_before(td, runs, min_ts_us))
+            last.loaded = True
+        return last
+
+    def partition_states(self, td: TableDef, runs: list[str], min_ts_us: int) -> LastStates:
+        """The table's known partition snapshots, loaded from silver on the first batch after a start (as
+        `meter_counts`)."""
+        last = self.last_states[td.name]
+        if not last.loaded:
+            last.fold(self.silver_states_before(td, runs, min_ts_us))
             last.loaded = True
         return last
 
@@ -102,13 +125,14 @@ class RoutedOnDriver:
     runs: list[str]
     ge_frame: Any  # what GE's pandas engine validates: the rows with their context, timestamps as epoch µs
     valid_meters: Callable[[], Any] | None
+    valid_states: Callable[[], Any] | None
 
     def checked(self, ge: SuiteValidator, batch_id: int) -> TableCheck:
         """GE's verdict on the same rows, which must count the same failures as the routing did."""
         outcome = ge.validate_frame(self.td, self.ge_frame)
         verified(self.td, batch_id, self.counts, outcome)
         return TableCheck(self.td.name, self.rows_in, self.rows_valid, self.counts, outcome, self.runs,
-                          self.valid_meters)
+                          self.valid_meters, self.valid_states)
 
 
 def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverContext, appender: BatchAppender,
@@ -125,9 +149,17 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
         data = ctx.run_windows.add_columns(data)
     if "topic" in td.context:
         data = ctx.topics.add_columns(data)
+    if "previous_count" in td.context or "previous_state" in td.context:
+        min_ts_us: int = pc.cast(pc.min(rows.column("ts")), pa.int64()).as_py()
     if "previous_count" in td.context:
-        min_ts_us = pc.cast(pc.min(rows.column("ts")), pa.int64()).as_py()
         data = with_previous_count_on_driver(data, ctx.meter_counts(td, runs, min_ts_us), min_ts_us)
+    if "broker_registry" in td.context:
+        assert td.broker_refs is not None
+        data = ctx.brokers.add_columns(data, td.broker_refs)
+    if "replication" in td.context:
+        data = with_replication_invariants_on_driver(data)
+    if "previous_state" in td.context:
+        data = with_previous_state_on_driver(data, ctx.partition_states(td, runs, min_ts_us), min_ts_us)
     verdict = evaluate(data, td.expectations)
     rows_in, rows_valid = data.num_rows, int(verdict.valid.sum())
     valid = data.filter(pa.array(verdict.valid))
@@ -153,8 +185,12 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
         def meters() -> Any:
             kept = valid.filter(pc.equal(valid.column("kind"), "meter")).select([*METER_KEY, "ts", "count"])
             return arrow_to_ge_frame(kept)
+    states = None
+    if td.name in ctx.last_states:
+        def states() -> Any:
+            return arrow_to_ge_frame(valid.select([*PARTITION_KEY, "ts", *STATE_VALUES]))
     return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, arrow_to_ge_frame(data),
-                          meters)
+                          meters, states)
 
 
 @dataclass
@@ -196,10 +232,12 @@ class SparkRoute:
             die_here_if_asked(td.name, batch_id, "after_quarantine")
             meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
                       if td.name in self.ctx.last_counts else None)
+            states = (newest_partition_states(flagged.where(F.col(VALID))).toPandas()
+                      if td.name in self.ctx.last_states else None)
         finally:
             flagged.unpersist()
         return TableCheck(td.name, rows_in, rows_valid, counts, outcome, runs,
-                          None if meters is None else (lambda: meters))
+                          None if meters is None else (lambda: meters), None if states is None else (lambda: states))
 
     def _with_context(self, batch: DataFrame, runs: list[str], min_ts_us: int) -> DataFrame:
         out, lake = batch, self.lakehouse
@@ -214,6 +252,16 @@ class SparkRoute:
         if "previous_count" in self.td.context:
             last = self.ctx.meter_counts(self.td, runs, min_ts_us)
             out = with_previous_count(out, last.history(self.spark, min_ts_us))
+        if "broker_registry" in self.td.context:
+            assert self.td.broker_refs is not None
+            registry = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(runs))
+                        .select("run_id", "broker_ids", "controller_ids"))
+            out = with_broker_registry(out, registry, self.td.broker_refs)
+        if "replication" in self.td.context:
+            out = with_replication_invariants(out)
+        if "previous_state" in self.td.context:
+            states = self.ctx.partition_states(self.td, runs, min_ts_us)
+            out = with_previous_state(out, states.history(self.spark, min_ts_us))
         return out
 
 

@@ -11,15 +11,19 @@ import pyarrow as pa
 
 from broker_emulator.metrics import MBEANS, metric_name
 from schemas.expectations import (
+    BrokerRefs,
     Expect,
     a_at_least_b,
     a_greater_than_b,
     between,
+    brokers_known,
     counter_not_decreasing,
     in_set,
     json_parseable,
     not_null,
+    partition_history_monotonic,
     partition_in_topic,
+    replication_invariants,
     within_run,
 )
 from schemas.table import TableDef, columns
@@ -62,9 +66,10 @@ BROKER_METRICS = TableDef(
         *_required(_schema), between("batch_id", 0), between("broker_id", 0),
         in_set("mbean", sorted(MBEANS.values())), in_set("name", sorted({metric_name(k) for k in MBEANS})),
         in_set("kind", ["gauge", "meter"]), between("value", 0), between("count", 0),
-        *within_run(), a_at_least_b("ts", "process_start_ts"), counter_not_decreasing(),
+        *within_run(), a_at_least_b("ts", "process_start_ts"), counter_not_decreasing(), brokers_known(),
     ),
-    context=("run_window", "previous_count"),
+    context=("run_window", "previous_count", "broker_registry"),
+    broker_refs=BrokerRefs(("broker_id",), controllers=True),
 )
 
 _schema, _docs = columns(
@@ -80,7 +85,7 @@ _schema, _docs = columns(
     ("elr", pa.list_(pa.int32()), False, "eligible leader replicas (KIP-966); empty when ELR is off"),
     ("leader_recovery_state", pa.string(), False, "RECOVERED or RECOVERING (after an unclean election)"),
     ("high_watermark", pa.int64(), False, "leader's high watermark (exclusive); -1 when offline"),
-    ("log_start_offset", pa.int64(), False, "leader's log start offset (advanced by retention)"),
+    ("log_start_offset", pa.int64(), False, "leader's log start offset (advanced by retention); 0 when offline"),
     ("replica_leos", pa.list_(pa.int64()), False, "log end offset of each replica, aligned with `replicas`"),
     ("configured_min_isr", pa.int32(), False, "topic min.insync.replicas"),
     ("effective_min_isr", pa.int32(), False, "min(min.insync.replicas, replication factor)"),
@@ -95,8 +100,10 @@ PARTITION_STATE = TableDef(
         in_set("leader_recovery_state", ["RECOVERED", "RECOVERING"]), between("high_watermark", -1),
         between("log_start_offset", 0), between("configured_min_isr", 1), between("effective_min_isr", 1),
         a_at_least_b("configured_min_isr", "effective_min_isr"), *within_run(), *partition_in_topic(),
+        brokers_known(), *replication_invariants(), *partition_history_monotonic(),
     ),
-    context=("run_window", "topic"),
+    context=("run_window", "topic", "broker_registry", "replication", "previous_state"),
+    broker_refs=BrokerRefs(("leader", "replicas", "isr", "elr")),
 )
 
 _schema, _docs = columns(
@@ -120,9 +127,10 @@ CLUSTER_EVENTS = TableDef(
     expectations=(
         *_required(_schema), between("batch_id", 0), between("seq", 0), in_set("event_type", EVENT_TYPES),
         between("broker_id", 0), between("partition", 0), between("leader_epoch", 0), between("records", 0),
-        json_parseable("detail"), *within_run(), *partition_in_topic(),
+        json_parseable("detail"), *within_run(), *partition_in_topic(), brokers_known(),
     ),
-    context=("run_window", "topic"),
+    context=("run_window", "topic", "broker_registry"),
+    broker_refs=BrokerRefs(("broker_id",)),
 )
 
 _schema, _docs = columns(
@@ -151,9 +159,10 @@ TOPIC_CONFIGS = TableDef(
         a_greater_than_b("partitions", "partition"), between("replication_factor", 1),
         between("min_insync_replicas", 1), between("effective_min_isr", 1),
         a_at_least_b("replication_factor", "effective_min_isr"), between("segment_bytes", 1),
-        between("retention_ms", -1), between("flush_messages", 1), *within_run(),
+        between("retention_ms", -1), between("flush_messages", 1), *within_run(), brokers_known(),
     ),
-    context=("run_window",),
+    context=("run_window", "broker_registry"),
+    broker_refs=BrokerRefs(("replicas",)),
 )
 
 _schema, _docs = columns(
@@ -216,6 +225,10 @@ _schema, _docs = columns(
     ("end_ts", TS, False, "virtual time of this batch's end (UTC)"),
     ("metric_interval_ms", pa.int64(), False, "metric interval"),
     ("brokers", pa.int32(), False, "brokers in the cluster"),
+    ("broker_ids", pa.list_(pa.int32()), False, "the cluster's broker ids, ascending (the emulator's cluster; "
+     "DescribeCluster on a real one): the registry every broker id in the run's rows must belong to"),
+    ("controller_ids", pa.list_(pa.int32()), False, "node ids of the KRaft controllers, which report the "
+     "controller metrics in broker_metrics"),
     ("final", pa.bool_(), False, "true on the run's last batch"),
     ("summary", pa.string(), False, "JSON run summary so far (the closing summary when final)"),
 )

@@ -13,7 +13,8 @@ built-in column-pair expectations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 # Context columns the validation pipeline adds to a batch (see pipelines/context.py).
@@ -22,6 +23,22 @@ CTX_BATCH_END_TS = "ctx_batch_end_ts"          # end_ts of the row's (run_id, ba
 CTX_TOPIC_PARTITIONS = "ctx_topic_partitions"  # the topic's partition count in bronze.topic_configs
 CTX_TOPIC_KNOWN = "ctx_topic_known"            # false when a row names a topic topic_configs lacks
 CTX_PREVIOUS_COUNT = "ctx_previous_count"      # the meter's previous cumulative count, same process
+# Broker registry (bronze.runs.broker_ids / controller_ids): every broker id a row names is one of the run's.
+CTX_BROKERS_KNOWN = "ctx_brokers_known"
+# Kafka's replication invariants within one partition_state row (pipelines/context.py, pipelines/driver_invariants.py).
+CTX_ISR_SUBSET_OF_REPLICAS = "ctx_isr_subset_of_replicas"
+CTX_LEADER_IN_ISR_OR_OFFLINE = "ctx_leader_in_isr_or_offline"
+CTX_ELR_DISJOINT_FROM_ISR = "ctx_elr_disjoint_from_isr"
+CTX_ELR_SUBSET_OF_REPLICAS = "ctx_elr_subset_of_replicas"
+CTX_REPLICAS_DISTINCT = "ctx_replicas_distinct"
+CTX_REPLICA_LEOS_ALIGNED = "ctx_replica_leos_aligned"
+CTX_HW_WITHIN_LEADER_LEO = "ctx_high_watermark_within_leader_leo"
+CTX_LOG_START_WITHIN_HW = "ctx_log_start_offset_within_high_watermark"
+# The same partition's previous snapshot (null where Kafka promises nothing about the pair).
+CTX_PREVIOUS_LEADER_EPOCH = "ctx_previous_leader_epoch"
+CTX_PREVIOUS_PARTITION_EPOCH = "ctx_previous_partition_epoch"
+CTX_PREVIOUS_HIGH_WATERMARK = "ctx_previous_high_watermark"
+CTX_PREVIOUS_LOG_START_OFFSET = "ctx_previous_log_start_offset"
 
 SUPPORTED_TYPES = (
     "expect_column_values_to_not_be_null",
@@ -34,14 +51,22 @@ SUPPORTED_TYPES = (
 
 @dataclass(frozen=True)
 class Expect:
-    """One GE expectation: its snake_case type and kwargs (hashable, so tables stay frozen)."""
+    """One GE expectation: its snake_case type and kwargs (hashable, so tables stay frozen).
+
+    `name`, when given, is the label instead of the one derived from the type and columns: an invariant
+    checked through a computed `ctx_*` flag is reported by what it means (`isr_subset_of_replicas`), not
+    as `in_set(ctx_…)`.
+    """
 
     type: str
     kwargs: tuple[tuple[str, Any], ...]
+    name: str | None = None
 
     def __post_init__(self) -> None:
         if self.type not in SUPPORTED_TYPES:
             raise ValueError(f"expectation type {self.type!r} is not one of {SUPPORTED_TYPES}")
+        if self.name is not None and not re.fullmatch(r"[a-z][a-z0-9_]*", self.name):
+            raise ValueError(f"expectation name {self.name!r}: expected snake_case letters, digits and '_'")
 
     @property
     def args(self) -> dict[str, Any]:
@@ -55,6 +80,8 @@ class Expect:
     @property
     def label(self) -> str:
         """Stable, readable id used in quarantine reasons and dq_runs, e.g. `values_between(value>=0)`."""
+        if self.name is not None:
+            return self.name
         a = self.args
         match self.type:
             case "expect_column_values_to_not_be_null":
@@ -75,6 +102,11 @@ class Expect:
 def _spec(type_: str, **kwargs: Any) -> Expect:
     return Expect(type_, tuple(sorted((k, tuple(v) if isinstance(v, list | set | frozenset) else v)
                                       for k, v in kwargs.items())))
+
+
+def named(e: Expect, name: str) -> Expect:
+    """`e` reported under `name` in quarantine reasons and dq_runs."""
+    return replace(e, name=name)
 
 
 def not_null(*cols: str) -> tuple[Expect, ...]:
@@ -125,3 +157,49 @@ def partition_in_topic() -> tuple[Expect, ...]:
 def counter_not_decreasing() -> Expect:
     """A meter's cumulative count never goes down within one broker process."""
     return a_at_least_b("count", CTX_PREVIOUS_COUNT)
+
+
+def brokers_known() -> Expect:
+    """Every broker id the row names is in its run's broker registry (bronze.runs.broker_ids)."""
+    return named(in_set(CTX_BROKERS_KNOWN, [True]), "broker_ids_known")
+
+
+def replication_invariants() -> tuple[Expect, ...]:
+    """Kafka's invariants within one partition snapshot (KAFKA_SEMANTICS.md), each under its own name."""
+    flags = (
+        (CTX_ISR_SUBSET_OF_REPLICAS, "isr_subset_of_replicas"),
+        (CTX_LEADER_IN_ISR_OR_OFFLINE, "leader_in_isr_or_offline"),
+        (CTX_ELR_DISJOINT_FROM_ISR, "elr_disjoint_from_isr"),
+        (CTX_ELR_SUBSET_OF_REPLICAS, "elr_subset_of_replicas"),
+        (CTX_REPLICAS_DISTINCT, "replicas_distinct"),
+        (CTX_REPLICA_LEOS_ALIGNED, "replica_leos_aligned_with_replicas"),
+        (CTX_HW_WITHIN_LEADER_LEO, "high_watermark_within_leader_leo"),
+        (CTX_LOG_START_WITHIN_HW, "log_start_offset_within_high_watermark"),
+    )
+    return tuple(named(in_set(flag, [True]), name) for flag, name in flags)
+
+
+def partition_history_monotonic() -> tuple[Expect, ...]:
+    """What Kafka guarantees between two snapshots of a partition (the context leaves the others null)."""
+    return (
+        named(a_at_least_b("leader_epoch", CTX_PREVIOUS_LEADER_EPOCH), "leader_epoch_not_decreasing"),
+        named(a_at_least_b("partition_epoch", CTX_PREVIOUS_PARTITION_EPOCH), "partition_epoch_not_decreasing"),
+        named(a_at_least_b("high_watermark", CTX_PREVIOUS_HIGH_WATERMARK),
+              "high_watermark_not_decreasing_in_leader_epoch"),
+        named(a_at_least_b("log_start_offset", CTX_PREVIOUS_LOG_START_OFFSET),
+              "log_start_offset_not_decreasing_in_leader_epoch"),
+    )
+
+
+@dataclass(frozen=True)
+class BrokerRefs:
+    """The columns of a table naming brokers: an int32 id or a list of them.
+
+    Each id must be in the row's run registry: `bronze.runs.broker_ids`, and `controller_ids` too when
+    `controllers` (the active controller reports its metrics under its own node id). A negative scalar
+    names no broker (Kafka's -1, e.g. an offline partition's leader); other expectations say where that
+    is allowed. A null element of a list names no known broker.
+    """
+
+    columns: tuple[str, ...]
+    controllers: bool = False

@@ -13,10 +13,24 @@ import pyarrow as pa
 
 from schemas.expectations import (
     CTX_BATCH_END_TS,
+    CTX_BROKERS_KNOWN,
+    CTX_ELR_DISJOINT_FROM_ISR,
+    CTX_ELR_SUBSET_OF_REPLICAS,
+    CTX_HW_WITHIN_LEADER_LEO,
+    CTX_ISR_SUBSET_OF_REPLICAS,
+    CTX_LEADER_IN_ISR_OR_OFFLINE,
+    CTX_LOG_START_WITHIN_HW,
     CTX_PREVIOUS_COUNT,
+    CTX_PREVIOUS_HIGH_WATERMARK,
+    CTX_PREVIOUS_LEADER_EPOCH,
+    CTX_PREVIOUS_LOG_START_OFFSET,
+    CTX_PREVIOUS_PARTITION_EPOCH,
+    CTX_REPLICA_LEOS_ALIGNED,
+    CTX_REPLICAS_DISTINCT,
     CTX_RUN_START_TS,
     CTX_TOPIC_KNOWN,
     CTX_TOPIC_PARTITIONS,
+    BrokerRefs,
     Expect,
 )
 
@@ -25,6 +39,12 @@ CONTEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "run_window": (CTX_RUN_START_TS, CTX_BATCH_END_TS),
     "topic": (CTX_TOPIC_PARTITIONS, CTX_TOPIC_KNOWN),
     "previous_count": (CTX_PREVIOUS_COUNT,),
+    "broker_registry": (CTX_BROKERS_KNOWN,),  # needs TableDef.broker_refs
+    "replication": (CTX_ISR_SUBSET_OF_REPLICAS, CTX_LEADER_IN_ISR_OR_OFFLINE, CTX_ELR_DISJOINT_FROM_ISR,
+                    CTX_ELR_SUBSET_OF_REPLICAS, CTX_REPLICAS_DISTINCT, CTX_REPLICA_LEOS_ALIGNED,
+                    CTX_HW_WITHIN_LEADER_LEO, CTX_LOG_START_WITHIN_HW),
+    "previous_state": (CTX_PREVIOUS_LEADER_EPOCH, CTX_PREVIOUS_PARTITION_EPOCH, CTX_PREVIOUS_HIGH_WATERMARK,
+                       CTX_PREVIOUS_LOG_START_OFFSET),
 }
 
 
@@ -40,6 +60,7 @@ class TableDef:
     column_docs: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
     expectations: tuple[Expect, ...] = ()
     context: tuple[str, ...] = ()
+    broker_refs: BrokerRefs | None = None  # the columns naming brokers, for the "broker_registry" context
 
     def __post_init__(self) -> None:
         names = set(self.arrow_schema.names)
@@ -52,6 +73,11 @@ class TableDef:
         unknown_context = [c for c in self.context if c not in CONTEXT_COLUMNS]
         if unknown_context:
             raise ValueError(f"{self.qualified_name}: unknown context {unknown_context}")
+        if ("broker_registry" in self.context) != (self.broker_refs is not None):
+            raise ValueError(f"{self.qualified_name}: the 'broker_registry' context and broker_refs go together")
+        if self.broker_refs is not None and not set(self.broker_refs.columns) <= names:
+            raise ValueError(f"{self.qualified_name}: broker_refs names unknown columns "
+                             f"{sorted(set(self.broker_refs.columns) - names)}")
         known = names | {c for ctx in self.context for c in CONTEXT_COLUMNS[ctx]}
         for e in self.expectations:
             missing = [c for c in e.columns if c not in known]

@@ -19,6 +19,7 @@ from pipelines.expectations import FAILURES, VALID, CompiledExpectations
 from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS
 from schemas.expectations import (
     CTX_BATCH_END_TS,
+    CTX_BROKERS_KNOWN,
     CTX_PREVIOUS_COUNT,
     CTX_RUN_START_TS,
     CTX_TOPIC_KNOWN,
@@ -44,7 +45,8 @@ def _metrics_with_context(rows: list[dict[str, Any]]) -> pa.Table:
     n = base.num_rows
     return (base.append_column(CTX_RUN_START_TS, pa.array([T0 - dt.timedelta(seconds=10)] * n, TS))
             .append_column(CTX_BATCH_END_TS, pa.array([T0 + dt.timedelta(seconds=1)] * n, TS))
-            .append_column(CTX_PREVIOUS_COUNT, pa.array([r.get("_previous") for r in rows], pa.int64())))
+            .append_column(CTX_PREVIOUS_COUNT, pa.array([r.get("_previous") for r in rows], pa.int64()))
+            .append_column(CTX_BROKERS_KNOWN, pa.array([r.get("_known", True) for r in rows], pa.bool_())))
 
 
 BAD_METRICS = [
@@ -58,6 +60,7 @@ BAD_METRICS = [
     _metric(kind="meter", count=100, _previous=None),             # no predecessor: the pair is skipped
     _metric(ts=T0 + dt.timedelta(days=365, microseconds=120)),    # after its batch's end
     _metric(ts=T0 - dt.timedelta(days=1)),                        # before its run's start
+    _metric(broker_id=99, _known=False),                          # no such broker in the run's registry
 ]
 
 
@@ -82,6 +85,7 @@ def test_arrow_flags_and_reasons_equal_the_spark_predicates_row_for_row(spark: A
     assert by_row[6][0]["value"] == "count=93, ctx_previous_count=100"
     assert [f["expectation"] for f in by_row[5]] == ["not_null(kind)"]
     assert 3 not in by_row and 7 not in by_row and 0 not in by_row
+    assert by_row[10] == [{"expectation": "broker_ids_known", "column": CTX_BROKERS_KNOWN, "value": "false"}]
     assert by_row[8][0]["value"].startswith("ctx_batch_end_ts=2026-11-23 12:00:01, ts=2027-11-23 12:00:00.00012")
     assert verdict.counts(expectations) == dict(Counter(f["expectation"] for r in arrow_reasons for f in r))
 
@@ -166,3 +170,80 @@ def test_previous_count_comes_from_the_batch_then_from_the_driver_history() -> N
     # broker 1: 55 follows the history's 50, 60 follows 55; broker 2's history (1 s) is within 60 s of the
     # batch; broker 3 has none.
     assert out.column(CTX_PREVIOUS_COUNT).to_pylist() == [55, 50, 7, None]
+
+
+def _state(**over: Any) -> dict[str, Any]:
+    row = {"run_id": "r", "batch_id": 1, "ts": T0, "topic": "t", "partition": 0, "leader": 1, "leader_epoch": 3,
+           "partition_epoch": 5, "replicas": [1, 2, 3], "isr": [1, 2, 3], "elr": [],
+           "leader_recovery_state": "RECOVERED", "high_watermark": 100, "log_start_offset": 10,
+           "replica_leos": [120, 100, 90], "configured_min_isr": 2, "effective_min_isr": 2}
+    row.update(over)
+    return row
+
+
+# Every replication invariant broken once, offline forms Kafka shows, and nulls anywhere (a null input leaves a
+# flag null: its not-null expectation reports the row).
+STATES = [
+    _state(),                                                            # valid
+    _state(isr=[1, 2, 3, 4, 5, 6], replicas=[3, 1], replica_leos=[100, 100]),  # ISR not within replicas
+    _state(leader=99, isr=[99]),                                         # unknown leader outside the replicas
+    _state(leader=-1, isr=[2], high_watermark=-1, log_start_offset=0),   # offline, last ISR member listed
+    _state(leader=-1, isr=[], elr=[2, 3], high_watermark=-1, log_start_offset=0),  # offline with ELR
+    _state(leader=-1, high_watermark=5),                                 # offline but a high watermark
+    _state(leader=2, isr=[1, 3]),                                        # leader outside the ISR
+    _state(isr=[1, 2], elr=[2]),                                         # ELR overlaps the ISR
+    _state(isr=[1], elr=[7]),                                            # ELR outside the replicas
+    _state(replicas=[1, 1, 3], isr=[1, 3], replica_leos=[120, 120, 90]),  # replicas repeated
+    _state(replica_leos=[120, 100]),                                     # misaligned LEOs
+    _state(high_watermark=121),                                          # HW above the leader's LEO
+    _state(leader=3, high_watermark=90, replica_leos=[80, 85, 90]),      # followers may lag behind the HW
+    _state(leader=3, high_watermark=95, replica_leos=[120, 100, 90]),    # only the leader's LEO bounds the HW
+    _state(high_watermark=-1),                                           # online without a high watermark
+    _state(log_start_offset=101),                                        # log start above the HW
+    _state(isr=[1, None], elr=[None], replicas=[1, 2, None], replica_leos=[120, None, 1]),
+    _state(leader=2, replica_leos=[120, None, 90]),                      # the leader's LEO is unknown
+    _state(replicas=None, isr=None, elr=None, replica_leos=None, leader=None, high_watermark=None),
+    _state(run_id="unknown-run"),
+]
+
+
+def test_replication_invariants_and_broker_registry_equal_the_spark_columns_row_for_row(spark: Any) -> None:
+    from pipelines.context import with_broker_registry, with_replication_invariants
+    from pipelines.driver_invariants import BrokerRegistry
+    from pipelines.driver_invariants import with_replication_invariants as on_driver
+    from schemas.bronze import PARTITION_STATE
+    from schemas.table import CONTEXT_COLUMNS
+
+    schema = PARTITION_STATE.landing_schema
+    rows = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in STATES], schema=schema)
+    runs = pa.table({"run_id": ["r", "r"], "broker_ids": pa.array([[1, 2, 3], [3]], pa.list_(pa.int32())),
+                     "controller_ids": pa.array([[3000], []], pa.list_(pa.int32()))})
+    assert PARTITION_STATE.broker_refs is not None
+    registry = BrokerRegistry(lambda ids: runs.filter(pa.compute.is_in(runs.column("run_id"), pa.array(list(ids)))))
+    driver = registry.add_columns(on_driver(rows), PARTITION_STATE.broker_refs)
+    joined = with_broker_registry(with_replication_invariants(spark.createDataFrame(rows)), spark.createDataFrame(runs),
+                                  PARTITION_STATE.broker_refs)
+    names = [*CONTEXT_COLUMNS["replication"], CTX_BROKERS_KNOWN]
+    by_spark = {(r["run_id"], r["high_watermark"], str(r["replicas"]), str(r["isr"]), str(r["elr"]), r["leader"],
+                 str(r["replica_leos"]), r["log_start_offset"]): [r[n] for n in names] for r in joined.collect()}
+    assert len(by_spark) == len(STATES)
+    got = [[r[n] for n in names] for r in driver.to_pylist()]
+    expected = [by_spark[(r["run_id"], r["high_watermark"], str(r["replicas"]), str(r["isr"]), str(r["elr"]),
+                          r["leader"], str(r["replica_leos"]), r["log_start_offset"])] for r in driver.to_pylist()]
+    assert got == expected
+    fails = {i: [n for n, v in zip(names, flags, strict=True) if v is False] for i, flags in enumerate(got)}
+    assert fails[0] == [] and fails[3] == [] and fails[4] == [] and fails[12] == []
+    assert fails[1] == ["ctx_isr_subset_of_replicas", "ctx_brokers_known"]
+    assert fails[2] == ["ctx_isr_subset_of_replicas", "ctx_brokers_known"]  # no LEO of a leader outside replicas
+    assert fails[5] == ["ctx_high_watermark_within_leader_leo"]
+    assert fails[6] == ["ctx_leader_in_isr_or_offline"]
+    assert fails[7] == ["ctx_elr_disjoint_from_isr"]
+    assert fails[8] == ["ctx_elr_subset_of_replicas", "ctx_brokers_known"]
+    assert fails[9] == ["ctx_replicas_distinct"]
+    assert fails[10] == ["ctx_replica_leos_aligned"]
+    assert fails[11] == ["ctx_high_watermark_within_leader_leo"]
+    assert fails[13] == ["ctx_high_watermark_within_leader_leo"]
+    assert fails[14] == ["ctx_high_watermark_within_leader_leo", "ctx_log_start_offset_within_high_watermark"]
+    assert fails[15] == ["ctx_log_start_offset_within_high_watermark"]
+    assert got[17][names.index("ctx_high_watermark_within_leader_leo")] is None
+    assert all(v is None for v in got[18][:-1]) and got[19][-1] is None  # null inputs; a run without registry

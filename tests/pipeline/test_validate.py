@@ -5,16 +5,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from deltalake import DeltaTable
 
+from broker_emulator.delta_sink import DeltaSink
+from broker_emulator.scenario import load_scenario
+from broker_emulator.simulation import Simulation
 from isrwatch.settings import load_settings
 from jobs.delta_tables import SchemaDriftError
 from jobs.validate import start_validation
-from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE
+from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from tests.pipeline.helpers import append, emulate, key_of, rows
 
@@ -174,3 +178,107 @@ def test_one_query_validates_every_table_with_one_dq_commit_per_micro_batch(spar
     offsets = (Path(lakehouse) / "_checkpoints" / "validate" / "union" / "offsets" / "0").read_text()
     conf = json.loads(offsets.splitlines()[1])["conf"]
     assert conf["spark.sql.streaming.stateStore.providerClass"].endswith(".RocksDBStateStoreProvider")
+
+
+def _bad_partition_states(template: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[int, set[str]]]:
+    """Rows of topic "bad" (one partition each, so no real snapshot is their neighbour) breaking one of Kafka's
+    invariants each, the valid offline forms Kafka shows, and the labels each row must be quarantined with."""
+    t0 = template["ts"] - dt.timedelta(milliseconds=1)
+    base = {**template, "topic": "bad", "ts": template["ts"], "leader": 1, "leader_epoch": 2, "partition_epoch": 3,
+            "replicas": [1, 2, 3], "isr": [1, 2, 3], "elr": [], "leader_recovery_state": "RECOVERED",
+            "high_watermark": 100, "log_start_offset": 0, "replica_leos": [100, 90, 100]}
+    cases: list[tuple[dict[str, Any], set[str]]] = [
+        ({"isr": [1, 2, 3, 4, 5, 6], "replicas": [3, 1], "replica_leos": [100, 100]},
+         {"isr_subset_of_replicas", "broker_ids_known"}),
+        ({"leader": 99, "isr": [99]}, {"isr_subset_of_replicas", "broker_ids_known"}),
+        ({"leader": 2, "isr": [1, 3], "replica_leos": [100, 100, 100]}, {"leader_in_isr_or_offline"}),
+        ({"isr": [1, 2], "elr": [2]}, {"elr_disjoint_from_isr"}),
+        ({"replicas": [1, 2], "isr": [1], "elr": [3], "replica_leos": [100, 90]}, {"elr_subset_of_replicas"}),
+        ({"replicas": [1, 1, 2], "isr": [1]}, {"replicas_distinct"}),
+        ({"replica_leos": [100, 90]}, {"replica_leos_aligned_with_replicas"}),
+        ({"high_watermark": 101}, {"high_watermark_within_leader_leo"}),          # above the leader's LEO
+        ({"leader": -1, "isr": [1], "high_watermark": 5}, {"high_watermark_within_leader_leo"}),
+        ({"log_start_offset": 101}, {"log_start_offset_within_high_watermark"}),
+        ({"leader": -1, "isr": [2], "high_watermark": -1}, set()),                 # offline, last ISR member listed
+        ({"leader": -1, "isr": [], "elr": [2, 3], "high_watermark": -1}, set()),  # offline with ELR
+        ({"leader": 3, "high_watermark": 95, "replica_leos": [80, 85, 95]}, set()),  # followers behind the HW
+    ]
+    # Pairs: an earlier snapshot (valid), then one Kafka cannot follow it with.
+    pairs: list[tuple[dict[str, Any], dict[str, Any], set[str]]] = [
+        ({}, {"high_watermark": 99}, {"high_watermark_not_decreasing_in_leader_epoch"}),
+        ({"log_start_offset": 5}, {"log_start_offset": 4}, {"log_start_offset_not_decreasing_in_leader_epoch"}),
+        ({"leader_epoch": 3}, {"leader_epoch": 2}, {"leader_epoch_not_decreasing"}),
+        ({"partition_epoch": 4}, {"partition_epoch": 3}, {"partition_epoch_not_decreasing"}),
+        # A new leader epoch: the HW may go back (a new leader's HW lags) and so may the log start.
+        ({"high_watermark": 100, "log_start_offset": 7}, {"leader_epoch": 3, "leader": 2, "high_watermark": 90,
+                                                          "log_start_offset": 3}, set()),
+    ]
+    out, expected = [], {}
+    for over, labels in cases:
+        expected[len(out)] = labels
+        out.append({**base, **over, "partition": len(out)})
+    for first, second, labels in pairs:
+        partition = len(out)
+        out.append({**base, **first, "partition": partition, "ts": t0})
+        out.append({**base, **second, "partition": partition})
+        expected[partition] = labels
+    return out, expected
+
+
+@pytest.mark.parametrize("engine", ["pandas", "spark"])  # the driver route and the Spark route
+def test_kafka_invariants_quarantine_with_named_reasons(spark: Any, lakehouse: str, engine: str) -> None:
+    emulate(lakehouse, duration="6s", faults=[])
+    config = rows(TOPIC_CONFIGS, lakehouse)[0]
+    append(TOPIC_CONFIGS, lakehouse, [{**config, "topic": "bad", "partitions": 32},
+                                      {**config, "topic": "bad", "partition": 1, "partitions": 32,
+                                       "replicas": [1, 2, 99], "replica_racks": ["a", "b", ""]}])
+    template = next(r for r in rows(PARTITION_STATE, lakehouse) if r["leader"] >= 0)
+    states, expected = _bad_partition_states(template)
+    append(PARTITION_STATE, lakehouse, states)
+    gauge = next(r for r in rows(BROKER_METRICS, lakehouse) if r["name"] == "UnderReplicatedPartitions")
+    append(BROKER_METRICS, lakehouse, [{**gauge, "broker_id": 99}])  # a 3-broker cluster has no broker 99
+    event = rows(CLUSTER_EVENTS, lakehouse)[0]
+    append(CLUSTER_EVENTS, lakehouse, [{**event, "seq": 10_000, "broker_id": 99}])
+
+    validate(spark, lakehouse, **{"validate.ge_engine": engine})
+
+    quarantined = rows(QUARANTINE_TABLES["partition_state"], lakehouse)
+    got = {q["partition"]: {f["expectation"] for f in q["failures"]} for q in quarantined}
+    assert len(got) == len(quarantined) and all(q["topic"] == "bad" for q in quarantined)
+    assert got == {p: labels for p, labels in expected.items() if labels}
+    silver = rows(SILVER_TABLES["partition_state"], lakehouse)
+    assert sorted((r["partition"], r["ts"]) for r in silver if r["topic"] == "bad") == sorted(
+        (s["partition"], s["ts"]) for s in states if s["partition"] not in got or s["ts"] != template["ts"])
+    assert len(silver) == len(rows(PARTITION_STATE, lakehouse)) - len(quarantined)
+    for name, key in (("broker_metrics", "broker_id"), ("cluster_events", "broker_id"),
+                      ("topic_configs", "partition")):
+        bad = rows(QUARANTINE_TABLES[name], lakehouse)
+        assert [(q[key], [f["expectation"] for f in q["failures"]]) for q in bad] == [
+            (1 if name == "topic_configs" else 99, ["broker_ids_known"])], name
+    dq = DeltaTable(DQ_RUNS.path(lakehouse)).to_pyarrow_table().to_pylist()
+    assert {d["ge_engine"] for d in dq} == {engine}
+    failed: dict[str, int] = {}
+    for d in dq:
+        if d["table_name"] == "partition_state":
+            for f in d["failed_expectations"]:
+                failed[f["expectation"]] = failed.get(f["expectation"], 0) + f["unexpected_count"]
+    assert failed == {label: sum(label in labels for labels in expected.values())
+                      for label in set().union(*expected.values())}
+
+
+def test_shipped_scenarios_pass_every_expectation(spark: Any, lakehouse: str) -> None:
+    """No false positives: each shipped scenario's output, up to a little after its first fault, reaches silver
+    whole (faults, elections, ELR, power loss and an unclean election included)."""
+    for path in sorted((Path(__file__).resolve().parents[2] / "conf" / "scenarios").glob("*.yaml")):
+        sc = load_scenario(path)
+        first_fault_ms = min((f.at_ms for f in sc.faults), default=0)
+        duration_ms = min(sc.duration_ms, max(first_fault_ms + 15_000, 10_000))
+        sc = replace(sc.with_overrides(duration_ms=duration_ms), flush_every_intervals=1_000)
+        Simulation(sc, DeltaSink(lakehouse, f"{sc.name}-s{sc.seed}")).run()
+
+    validate(spark, lakehouse)
+
+    for name in TABLES:
+        assert rows(QUARANTINE_TABLES[name], lakehouse) == [], name
+        bronze = next(td for td in BRONZE_TABLES if td.name == name)
+        assert len(rows(SILVER_TABLES[name], lakehouse)) == len(rows(bronze, lakehouse)), name
