@@ -15,11 +15,24 @@ from api.errors import install_handlers
 from api.lakehouse import LakehouseReader
 from api.page_keeper import PageKeeper
 from api.response_cache import ResponseCache, ResponseCacheMiddleware
+from api.sql_limits import ClientSlots
+from api.sql_pool import SqlWorkerPool
 from isrwatch.settings import PipelineSettings
 from isrwatch.silence_store import SilenceStore
 from isrwatch.slo_config import load_slos
 
 TOKEN_ENV = "ISRWATCH_API_TOKEN"
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    sql_pool: SqlWorkerPool = app.state.sql_pool
+    sql_pool.start()   # the workers warm up while the dashboards do
+    try:
+        async with _dashboards_lifespan(app):
+            yield
+    finally:
+        await run_in_threadpool(sql_pool.stop)
 
 
 @asynccontextmanager
@@ -50,7 +63,7 @@ def create_app(settings: PipelineSettings) -> FastAPI:
     api = settings.api
     if api.token is None and os.environ.get(TOKEN_ENV):
         api = api.model_validate({**api.model_dump(), "token": os.environ[TOKEN_ENV]})
-    app = FastAPI(title="isrwatch", version="0.1.0", lifespan=_dashboards_lifespan,
+    app = FastAPI(title="isrwatch", version="0.1.0", lifespan=_lifespan,
                   description="Kafka durability analytics: alerts, durability SLOs, configuration posture, "
                               "partition state and read-only SQL over the isrwatch lakehouse.")
     app.state.settings = api
@@ -58,6 +71,10 @@ def create_app(settings: PipelineSettings) -> FastAPI:
     app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh_seconds)
     app.state.slos = load_slos(settings.slo.specs)
     app.state.responses = ResponseCache()
+    app.state.sql_pool = SqlWorkerPool(settings.lakehouse, workers=api.query_workers,
+                                       spare=api.query_spare_worker, memory_mb=api.query_worker_memory_mb,
+                                       refresh_s=api.refresh_seconds)
+    app.state.sql_clients = ClientSlots(api.query_max_per_client)
     app.state.page_keeper = (PageKeeper(app.state.reader, api.dashboard_prebuild_seconds)
                              if api.dashboard_prebuild_seconds > 0 else None)
     app.add_middleware(ResponseCacheMiddleware)

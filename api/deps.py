@@ -60,3 +60,14 @@ async def require_read(request: Request) -> None:
     settings = get_settings(request)
     if settings.read_auth:
         _check_token(request, settings.token)
+
+
+async def require_query(request: Request) -> None:
+    """POST /api/v1/query needs the token when `api.read_auth` or `api.query_auth` is on."""
+    settings = get_settings(request)
+    if settings.read_auth:
+        _check_token(request, settings.token)
+    elif settings.query_auth:
+        if settings.token is None:
+            raise ApiError(503, "queries are disabled: api.query_auth is on and ISRWATCH_API_TOKEN is not set")
+        _check_token(request, settings.token)

@@ -107,6 +107,15 @@ class ApiSettings(BaseModel):
     dashboard_prebuild_seconds: float = Field(default=5.0, ge=0)  # 0: figures built only when asked for
     query_max_rows: int = Field(default=10_000, ge=1)
     query_timeout_seconds: float = Field(default=10.0, gt=0)
+    query_auth: bool = False            # POST /api/v1/query needs the token even when read_auth is off
+    query_workers: int = Field(default=2, ge=1, le=64)
+    query_spare_worker: bool = True     # one more started ahead, to replace a killed or crashed worker at once
+    query_worker_memory_mb: int = Field(default=1024, ge=0)   # 0: no limit but DataFusion's 512 MiB pool
+    query_wait_seconds: float = Field(default=2.0, ge=0)
+    query_max_per_client: int = Field(default=1, ge=1)
+    query_max_bytes: int = Field(default=65_536, ge=1, le=100_000)   # the request's own cap is 100,000
+    query_max_nesting: int = Field(default=32, ge=1)
+    query_max_operators: int = Field(default=500, ge=1)
     page_size_max: int = Field(default=1000, ge=1)
     token: str | None = Field(default=None, exclude=True)
 
