@@ -85,10 +85,13 @@ def quality(scenarios: list[Path], seeds: list[int] | None = None) -> None:
         print(f"quality: emulated {i}/{len(runs)}: {path.stem}{f' seed {seed}' if seed is not None else ''}",
               flush=True)
     print(f"quality: {len(runs)} clusters emulated in {time.monotonic() - began:.0f} s; running the pipeline")
-    spark = build_spark_session("isrwatch-alert-quality", master="local[2]")
+    # The alerts job evaluates a micro-batch on the driver: batches of at most 50 files keep ten default runs
+    # (a heap-filling toPandas of 1 GB in one batch) within the driver's memory.
+    spark = build_spark_session("isrwatch-alert-quality", master="local[2]", conf={"spark.driver.memory": "3g"})
     settings = load_settings(overrides={
-        "lakehouse": lake, "validate.tables": TABLES, **{f"{j}.trigger": "available-now" for j in
-                                                        ("validate", "posture", "slo", "alerts")},
+        "lakehouse": lake, "validate.tables": TABLES, "validate.max_files_per_trigger": 50,
+        "alerts.max_files_per_trigger": 50, **{f"{j}.trigger": "available-now" for j in
+                                               ("validate", "posture", "slo", "alerts")},
         "alerts.webhooks": False, **{f"{j}.wait_for_tables_seconds": 0 for j in ("validate", "posture", "slo",
                                                                                   "alerts")}})
     began = time.monotonic()
