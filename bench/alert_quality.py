@@ -85,12 +85,12 @@ def quality(scenarios: list[Path], seeds: list[int] | None = None) -> None:
         print(f"quality: emulated {i}/{len(runs)}: {path.stem}{f' seed {seed}' if seed is not None else ''}",
               flush=True)
     print(f"quality: {len(runs)} clusters emulated in {time.monotonic() - began:.0f} s; running the pipeline")
-    # The alerts job evaluates a micro-batch on the driver: batches of at most 50 files keep ten default runs
-    # (a heap-filling toPandas of 1 GB in one batch) within the driver's memory.
+    # validate and the alerts job take a live batch onto the driver: at most 8 files a batch (about what a
+    # live run brings) keep ten default runs from filling the driver's heap (50 did not).
     spark = build_spark_session("isrwatch-alert-quality", master="local[2]", conf={"spark.driver.memory": "3g"})
     settings = load_settings(overrides={
-        "lakehouse": lake, "validate.tables": TABLES, "validate.max_files_per_trigger": 50,
-        "alerts.max_files_per_trigger": 50, **{f"{j}.trigger": "available-now" for j in
+        "lakehouse": lake, "validate.tables": TABLES, "validate.max_files_per_trigger": 8,
+        "alerts.max_files_per_trigger": 8, **{f"{j}.trigger": "available-now" for j in
                                                ("validate", "posture", "slo", "alerts")},
         "alerts.webhooks": False, **{f"{j}.wait_for_tables_seconds": 0 for j in ("validate", "posture", "slo",
                                                                                   "alerts")}})
