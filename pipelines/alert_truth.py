@@ -139,7 +139,10 @@ def thrash_episodes(cluster_events: pd.DataFrame) -> pd.DataFrame:
             found.append({"cls": "isr_thrash", "cluster": cluster, "topic": topic, "partition": int(partition),
                           "start": pd.Timestamp(times[i], tz=tz), "end": pd.Timestamp(times[stop], tz=tz),
                           "records": 0.0})
-    return pd.DataFrame(found, columns=EPISODE_COLUMNS)
+    out = pd.DataFrame(found, columns=EPISODE_COLUMNS)
+    # The input's own timestamp type: the other classes' episodes and the alerts are compared with these.
+    return out.astype({"start": cluster_events["ts"].dtype, "end": cluster_events["ts"].dtype,
+                       "partition": "int64", "records": "float64"})
 
 
 def _labels(value: Any) -> dict[str, str]:
@@ -171,7 +174,8 @@ def firing_intervals(alert_events: pd.DataFrame) -> pd.DataFrame:
 
 
 def _matches(eps: pd.DataFrame, alerts: pd.DataFrame, grace: pd.Timedelta) -> pd.DataFrame:
-    """(episode id, alert id, fired, rule) for every alert interval overlapping an episode's graced window."""
+    """(episode id, alert id, fired, rule, start, exact) for every alert interval overlapping an episode's graced
+    window; `exact`: it overlaps the episode itself, not only its grace."""
     e = eps[["cluster", "topic", "partition", "start", "end"]].rename_axis("eid").reset_index()
     a = alerts.rename_axis("aid").reset_index()
     scoped = a["rule"].isin(CLUSTER_SCOPED)
@@ -181,10 +185,14 @@ def _matches(eps: pd.DataFrame, alerts: pd.DataFrame, grace: pd.Timedelta) -> pd
         e.merge(a[scoped].drop(columns=["topic", "partition"]), on="cluster"),
     ], ignore_index=True)
     if not len(pairs):
-        return pd.DataFrame(columns=["eid", "aid", "fired", "rule", "start"])
-    overlap = (pairs["fired"] <= pairs["end"] + grace) & (
-        pairs["resolved"].isna() | (pairs["resolved"] >= pairs["start"] - grace))
-    return pairs.loc[overlap, ["eid", "aid", "fired", "rule", "start"]]
+        return pd.DataFrame(columns=["eid", "aid", "fired", "rule", "start", "exact"])
+
+    def overlapping(slack: pd.Timedelta) -> pd.Series:
+        return (pairs["fired"] <= pairs["end"] + slack) & (
+            pairs["resolved"].isna() | (pairs["resolved"] >= pairs["start"] - slack))
+
+    pairs["exact"] = overlapping(pd.Timedelta(0))
+    return pairs.loc[overlapping(grace), ["eid", "aid", "fired", "rule", "start", "exact"]]
 
 
 def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
@@ -193,9 +201,10 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
     its cluster (and partition, unless the rule is cluster-scoped) when [fired, resolved or +inf] overlaps
     [start - grace, end + grace]. Inhibited alerts count: they were evaluated and recorded.
 
-    A flapping alert is not rewarded: per episode and rule only the first matching firing is true, a second
-    firing/resolved pair of the same rule for the same incident counts against precision (unless it is the
-    first for another episode). `pairs` is, per episode, the most firings one rule had for it."""
+    A flapping alert is not rewarded: an alert interval is true only as the one chosen for an episode and rule
+    (the earliest overlapping the episode itself, else the earliest within its grace), so a second
+    firing/resolved pair of a rule during one incident counts against precision unless it is chosen for another
+    episode. `pairs` is, per episode, the most firings one rule had during it (at least 1 when detected)."""
     _require(episodes, ["cls", "cluster", "topic", "partition", "start", "end"], "episodes")
     if grace_ms < 0:
         raise ValueError(f"grace_ms: must be >= 0, got {grace_ms}")
@@ -206,8 +215,11 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
         eps = episodes[episodes["cls"] == cls].reset_index(drop=True)
         alerts = intervals[intervals["rule"].isin(rules)].reset_index(drop=True)
         m = _matches(eps, alerts, grace)
-        per_rule = m.groupby(["eid", "rule"]).size().groupby(level="eid").max() if len(m) else pd.Series(dtype=int)
-        true_aids = m.sort_values(["eid", "rule", "fired"], kind="stable").drop_duplicates(["eid", "rule"])["aid"]
+        during = m.groupby(["eid", "rule"])["exact"].sum().clip(lower=1) if len(m) else pd.Series(dtype=int)
+        per_rule = during.groupby(level="eid").max() if len(m) else pd.Series(dtype=int)
+        chosen = m.assign(_grace_only=~m["exact"].astype(bool)).sort_values(
+            ["eid", "rule", "_grace_only", "fired"], kind="stable").drop_duplicates(["eid", "rule"])
+        true_aids = chosen["aid"]
         first = m.sort_values(["eid", "fired", "rule"], kind="stable").drop_duplicates("eid").set_index("eid")
         delay = ((first["fired"] - first["start"]).dt.total_seconds().clip(lower=0.0)
                  if len(first) else pd.Series(dtype="float64"))

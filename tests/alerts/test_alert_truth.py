@@ -249,3 +249,12 @@ def test_a_second_firing_pair_for_one_incident_is_not_a_true_alert() -> None:
     row, _ = run([ep("offline_partitions", 10, 20)], alert("OfflinePartitions", 12, 22),
                  alert("PartitionOffline", 11, 21))
     assert (row["true_alerts"], row["pairs_max"]) == (2, 1.0)
+
+
+def test_an_alert_near_the_next_incident_is_chosen_for_its_own_not_counted_as_a_repeat() -> None:
+    """Incidents 8 s apart, one alert each: within the grace both alerts touch both incidents, yet each is the
+    one chosen for its own incident (it overlaps it), so both are true and each incident has one pair."""
+    row, matches = run([ep("writes_refused", 10, 20), ep("writes_refused", 28, 40)],
+                       alert("UnderMinIsr", 10, 21), alert("UnderMinIsr", 28, 41))
+    assert (row["alerts"], row["true_alerts"], row["precision"], row["pairs_max"]) == (2, 2, 1.0, 1.0)
+    assert list(matches["pairs"]) == [1, 1]
