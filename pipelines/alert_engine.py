@@ -230,6 +230,7 @@ class AlertEngine:
         not evaluated at the times other entities reported (as 'absent', it would resolve in between)."""
         w = self.state.windows
         prefix = f"{rule.name}/"
+        added: dict[str, list[int]] = defaultdict(list)
         if frame is not None:
             cols = [c for c in frame.columns if c not in ("run_id", "ts", *rule.entity_keys)]
             for rec in frame.to_dict("records"):
@@ -237,6 +238,7 @@ class AlertEngine:
                 key = prefix + fingerprint(rule.name, labels)
                 w.setdefault(key, []).append((int(rec["ts"]), {c: float(rec[c]) for c in cols}))
                 self.state.window_labels[key] = labels
+                added[key].append(int(rec["ts"]))
         # An open alert whose samples have all left the window still needs evaluating (at zero) to resolve.
         open_alerts = {k: a for k, a in self.state.alerts.items()
                        if a.rule == rule.name and a.status in OPEN and not w.get(k)}
@@ -250,8 +252,13 @@ class AlertEngine:
             if upto is None:
                 continue  # the cluster reported nothing in this batch: no time has passed for it
             done = self.state.window_evaluated.get(key, np.iinfo(np.int64).min)
+            # A sample of this batch is evaluated at its own time even when that is not after `done`: the
+            # union's tables arrive unevenly, so another table may have moved the clock past it already (late
+            # for an alert already evaluated there: _advance skips it; its sum counts from the next point).
+            fresh = np.array(added.get(key, []), dtype=np.int64)
             candidates = np.concatenate([ts, ts + rule.window_ms, np.array([upto], dtype=np.int64)])
-            points = np.unique(candidates[(candidates > done) & (candidates <= upto)])
+            due = (candidates > done) | np.isin(candidates, fresh)
+            points = np.unique(candidates[due & (candidates <= upto)])
             if not len(points):
                 continue
             cols = sorted({c for _, v in samples for c in v})
@@ -263,9 +270,9 @@ class AlertEngine:
             sums = cum[hi] - cum[lo]
             entity = {k: _typed(k, labels[k]) for k in rule.entity_keys}
             rows.append(pd.DataFrame(sums, columns=cols).assign(run_id=cluster, ts=points, **entity))
-            self.state.window_evaluated[key] = int(points[-1])
+            self.state.window_evaluated[key] = max(int(done), int(points[-1]))
             if key in w:
-                horizon = int(points[-1]) - rule.window_ms
+                horizon = self.state.window_evaluated[key] - rule.window_ms
                 w[key] = [s for s in samples if s[0] > horizon]
         for key in [k for k in w if k.startswith(prefix) and not w[k]]:
             del w[key]

@@ -163,3 +163,16 @@ def test_a_flapping_transition_says_so_in_the_webhook_annotations_not_its_labels
     assert quiet["alerts"][0]["annotations"] == {"summary": "t-0"}
     assert loud["alerts"][0]["annotations"] == {"summary": "t-0", "flapping": "true"}
     assert loud["alerts"][0]["labels"] == quiet["alerts"][0]["labels"]
+
+
+def test_a_windowed_sample_arriving_after_the_clock_passed_it_is_still_evaluated() -> None:
+    """The alerts query reads a union of tables that arrive unevenly: broker_metrics may move the cluster's
+    clock to 100 s before the cluster_events of 40 s and 60 s arrive. Those samples still count at their own
+    times (the thrash seen at 60 s fires at 60 s), not only at some later clock."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, {**events((0, 0, 1, 0), (20, 0, 0, 1)), "broker_metrics": controller(100)},
+             events((40, 0, 1, 0), (60, 0, 0, 1)))
+    assert seconds(of(ts, "IsrThrash")) == [("firing", 60.0)]
+    assert of(ts, "IsrThrash")[0].annotations["summary"] == "t-0: ISR shrank 2 and expanded 2 times in 5 min"
+    # The next clock evaluates the held window once more, without a second transition.
+    assert of(run(e, {"broker_metrics": controller(150)}), "IsrThrash") == []
