@@ -47,9 +47,10 @@ from jobs.streaming import (
     union_stream,
     wait_started,
 )
-from pipelines.alert_engine import AlertEngine, EngineState, Transition
+from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.alert_signals import SOURCES
+from pipelines.alert_state import EngineState, Transition
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
 from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
 from schemas.silver import SILVER_TABLES

@@ -23,13 +23,10 @@ Semantics, per rule and entity, over samples in event-time order:
 from __future__ import annotations
 
 import functools
-import hashlib
-import json
 import math
 import re
 import string
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,94 +34,7 @@ import pandas as pd
 
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_signals import SOURCES
-
-OPEN = ("pending", "firing")
-
-
-@dataclass
-class Alert:
-    """One rule × entity: its current lifecycle status and what the last sample said."""
-
-    rule: str
-    fingerprint: str
-    cluster: str
-    labels: dict[str, str]
-    status: str
-    since_ms: int          # pending since (and, while firing, when the condition began)
-    fired_ms: int | None
-    resolved_ms: int | None
-    last_ms: int
-    value: float
-    annotations: dict[str, str]
-    inhibited: bool = False
-    cleared_ms: int | None = None   # firing, condition false since (held by keep_firing_for or flapping)
-    changes: list[int] = field(default_factory=list)  # condition changes in the flap window, since it first fired
-    flapping: bool = False
-
-
-@dataclass
-class Transition:
-    rule: str
-    fingerprint: str
-    cluster: str
-    status: str            # pending | firing | resolved | inactive
-    previous: str
-    ts_ms: int
-    severity: str
-    scope: str
-    labels: dict[str, str]
-    annotations: dict[str, str]
-    value: float
-    starts_ms: int
-    ends_ms: int | None
-    inhibited: bool
-    flapping: bool = False
-
-
-@dataclass
-class EngineState:
-    alerts: dict[str, Alert] = field(default_factory=dict)                 # key: rule/fingerprint
-    last_seen: dict[str, int] = field(default_factory=dict)                # key: cluster/broker_id
-    windows: dict[str, list[tuple[int, dict[str, float]]]] = field(default_factory=dict)  # key: rule/fingerprint
-    window_labels: dict[str, dict[str, str]] = field(default_factory=dict)
-    window_evaluated: dict[str, int] = field(default_factory=dict)         # key: rule/fingerprint -> last point
-    last_hw: dict[str, dict[str, int]] = field(default_factory=dict)      # cluster -> topic/partition -> HW
-
-    def to_rows(self) -> list[dict[str, str]]:
-        rows = [{"kind": "alert", "key": k, "state": json.dumps(asdict(a), sort_keys=True)}
-                for k, a in sorted(self.alerts.items())]
-        rows += [{"kind": "last_seen", "key": k, "state": json.dumps(v)} for k, v in sorted(self.last_seen.items())]
-        rows += [{"kind": "window", "key": k, "state": json.dumps({
-            "samples": v, "labels": self.window_labels[k], "evaluated": self.window_evaluated.get(k)})}
-                 for k, v in sorted(self.windows.items()) if v]
-        rows += [{"kind": "last_hw", "key": c, "state": json.dumps(v, sort_keys=True)}
-                 for c, v in sorted(self.last_hw.items())]
-        return rows
-
-    @classmethod
-    def from_rows(cls, rows: list[dict[str, str]]) -> EngineState:
-        s = cls()
-        for r in rows:
-            data = json.loads(r["state"])
-            if r["kind"] == "alert":
-                s.alerts[r["key"]] = Alert(**data)
-            elif r["kind"] == "last_seen":
-                s.last_seen[r["key"]] = int(data)
-            elif r["kind"] == "window":
-                s.windows[r["key"]] = [(int(t), dict(v)) for t, v in data["samples"]]
-                s.window_labels[r["key"]] = dict(data["labels"])
-                if data.get("evaluated") is not None:
-                    s.window_evaluated[r["key"]] = int(data["evaluated"])
-            elif r["kind"] == "last_hw":
-                s.last_hw[r["key"]] = {k: int(v) for k, v in data.items()}
-        return s
-
-
-def fingerprint(rule: str, labels: dict[str, str]) -> str:
-    """Stable across restarts and hosts: a hash of the rule and its identifying labels."""
-    text = rule + "\x00" + "\x00".join(f"{k}={labels[k]}" for k in sorted(labels))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
+from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from isrwatch.alert_config import load_alert_config
-from pipelines.alert_engine import AlertEngine, EngineState, Transition
+from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfigError, parse_alert_config
+from pipelines.alert_state import EngineState, Transition
 from tests.alerts.test_engine import T0, at, controller, of, partitions, run
 
 CONFIG = load_alert_config()
