@@ -97,6 +97,7 @@ demo: venv jars $(PLOTLY_BUNDLE)
 test: venv jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m pytest -q
 
 test-all: venv jars chromium $(PLOTLY_BUNDLE)
@@ -105,6 +106,7 @@ test-all: venv jars chromium $(PLOTLY_BUNDLE)
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-logo --no-cache
 
 bench: venv jars $(PLOTLY_BUNDLE)
 	$(PY) bench/emulator.py

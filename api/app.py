@@ -12,14 +12,14 @@ from fastapi.concurrency import run_in_threadpool
 
 from api import routes_alerts, routes_health, routes_query, routes_silences, routes_slos, routes_topics
 from api.errors import install_handlers
-from api.lakehouse import LakehouseReader
 from api.page_keeper import PageKeeper
 from api.response_cache import ResponseCache, ResponseCacheMiddleware
 from api.sql_limits import ClientSlots
 from api.sql_pool import SqlWorkerPool
-from isrwatch.settings import PipelineSettings
-from isrwatch.silence_store import SilenceStore
-from isrwatch.slo_config import load_slos
+from lakehouse_read.reader import LakehouseReader
+from foundation.settings import PipelineSettings
+from pipelines.silence_store import SilenceStore
+from pipelines.slo_config import load_slos
 
 TOKEN_ENV = "ISRWATCH_API_TOKEN"
 

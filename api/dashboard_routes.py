@@ -21,7 +21,6 @@ from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, Response, StreamingResponse
 
 from api.deps import current_settings, get_reader, require_read
-from api.lakehouse import LakehouseReader
 from api.page_keeper import app_page_keeper
 from dashboards.html import ServedLinks, failed_tail, plotly_js_path
 from dashboards.pages import (
@@ -34,7 +33,8 @@ from dashboards.pages import (
     render_index,
 )
 from dashboards.scope import DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES
-from isrwatch.settings import ApiSettings
+from lakehouse_read.reader import LakehouseReader
+from foundation.settings import ApiSettings
 
 # With api.read_auth on, the pages need the bearer token too (they embed the same data as the API): put
 # them behind a proxy that adds the Authorization header.

@@ -30,10 +30,10 @@ from collections import OrderedDict
 
 from starlette.requests import Request
 
-from api.lakehouse import LakehouseReader
 from dashboards.data import topic_names
 from dashboards.pages import PAGES, TOPIC_PREFIX, DashboardParams, UnknownPage, UnknownTopic, keep_built
 from dashboards.scope import resolve_scope
+from lakehouse_read.reader import LakehouseReader
 
 log = logging.getLogger(__name__)
 

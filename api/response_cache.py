@@ -22,7 +22,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.deps import read_allowed
-from api.lru import Lru
+from lakehouse_read.lru import Lru
 
 Basis = Callable[[], Hashable]
 

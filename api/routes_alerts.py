@@ -11,10 +11,10 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.deps import get_reader, get_settings, require_read
 from api.errors import ApiError
-from api.jsonable import iso, rows
-from api.lakehouse import LakehouseReader, UnknownTable
+from lakehouse_read.jsonable import iso, rows
 from api.response_cache import ResponseCache
-from isrwatch.silence_store import SilenceStore
+from lakehouse_read.reader import LakehouseReader, UnknownTable
+from pipelines.silence_store import SilenceStore
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[Depends(require_read)])
 

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from api.deps import get_reader
-from api.lakehouse import LakehouseReader
 from api.page_keeper import app_page_keeper
+from lakehouse_read.reader import LakehouseReader
 
 router = APIRouter(tags=["health"])
 

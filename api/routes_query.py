@@ -15,7 +15,7 @@ from api.errors import ApiError
 from api.sql_limits import ClientSlots, QueryLimits, QueryTooLarge, check_limits
 from api.sql_pool import SqlWorkerPool, WorkersUnavailable
 from api.sql_query import QueryFailed, QueryRejected, QueryTimeout, check_read_only
-from isrwatch.settings import ApiSettings
+from foundation.settings import ApiSettings
 
 router = APIRouter(prefix="/api/v1", tags=["query"], dependencies=[Depends(require_query)])
 

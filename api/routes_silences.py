@@ -12,8 +12,8 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from api.deps import require_read, require_write
 from api.errors import ApiError
-from api.jsonable import iso
-from isrwatch.silence_store import SilenceStore
+from lakehouse_read.jsonable import iso
+from pipelines.silence_store import SilenceStore
 from pipelines.silences import Matcher, Silence, SilenceError
 
 router = APIRouter(prefix="/api/v1", tags=["silences"])

@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.deps import get_reader, get_settings, require_read
 from api.errors import ApiError
-from api.jsonable import rows
-from api.lakehouse import LakehouseReader, UnknownTable
+from lakehouse_read.jsonable import rows
+from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines.slo_spec import Slo
 
 router = APIRouter(prefix="/api/v1", tags=["slos"], dependencies=[Depends(require_read)])

@@ -6,7 +6,11 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 
-from api.cluster_state import (
+from api.deps import get_reader, require_read
+from api.errors import ApiError
+from lakehouse_read.jsonable import iso, rows
+from api.response_cache import ResponseCache
+from lakehouse_read.cluster_state import (
     broker_gauges,
     broker_racks,
     newest_cluster,
@@ -14,13 +18,9 @@ from api.cluster_state import (
     partition_snapshot,
     topic_configs,
 )
-from api.deps import get_reader, require_read
-from api.errors import ApiError
-from api.jsonable import iso, rows
-from api.lakehouse import LakehouseReader, UnknownTable
-from api.response_cache import ResponseCache
-from broker_emulator.controller import CONTROLLER_NODE_ID
+from lakehouse_read.reader import LakehouseReader, UnknownTable
 from schemas.gold_durability import FINDING_COLUMNS
+from schemas.kafka_metrics import CONTROLLER_NODE_ID
 
 router = APIRouter(prefix="/api/v1", tags=["topics"], dependencies=[Depends(require_read)])
 

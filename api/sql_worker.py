@@ -1,6 +1,6 @@
 """A SQL worker process: runs the API's read-only queries with DataFusion, one at a time, for api/sql_pool.py.
 
-It opens the lakehouse's Delta tables itself (api/lakehouse.py, re-checked every `refresh_s`), registers each
+It opens the lakehouse's Delta tables itself (lakehouse_read/reader.py, re-checked every `refresh_s`), registers each
 under its `<layer>.<table>` name in a fresh DataFusion context per query, and answers with JSON-ready rows.
 Safety does not rest on parsing SQL ourselves: DataFusion's SQLOptions refuse DDL (CREATE EXTERNAL TABLE would
 read any file), DML (INSERT, COPY … TO would write one) and statements (SET), and it plans a single statement
@@ -31,8 +31,8 @@ from typing import Any
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
 from datafusion.catalog import Schema
 
-from api.jsonable import value
-from api.lakehouse import LakehouseReader
+from lakehouse_read.jsonable import value
+from lakehouse_read.reader import LakehouseReader
 
 QUERY_MEMORY_BYTES = 512 * 1024 * 1024
 _READ_ONLY = SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)

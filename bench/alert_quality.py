@@ -63,9 +63,9 @@ def seed_list(text: str) -> list[int]:
 
 
 def quality(scenarios: list[Path], seeds: list[int] | None = None) -> None:
-    from isrwatch.delta_io import read_rows
-    from isrwatch.settings import load_settings
-    from isrwatch.spark import build_spark_session
+    from foundation.delta_io import read_rows
+    from foundation.settings import load_settings
+    from foundation.spark import build_spark_session
     from jobs.alerts import start_alerts
     from jobs.posture import start_posture
     from jobs.slo import start_slo
@@ -216,11 +216,11 @@ def latency(seconds: int) -> None:
     """Detection latency on a running pipeline: a short emulator run (another cluster) warms the queries up
     (their first micro-batch compiles the plans and builds the GE suites), then the default scenario runs at
     live pace and each firing alert is timed from the bronze commit holding its breach to its POST."""
-    from isrwatch.alert_config import load_alert_config
-    from isrwatch.settings import load_settings
-    from isrwatch.spark import build_spark_session
+    from foundation.settings import load_settings
+    from foundation.spark import build_spark_session
     from jobs.alerts import start_alerts
     from jobs.validate import start_validation
+    from pipelines.alert_config import load_alert_config
 
     lake = tempfile.mkdtemp(prefix="isrwatch-alert-latency-")
     receiver = _Arrivals()
@@ -306,7 +306,7 @@ def main() -> None:
         if args.live_seconds:
             latency(args.live_seconds)
     finally:
-        from isrwatch.spark import stop_active_session
+        from foundation.spark import stop_active_session
 
         stop_active_session()
 

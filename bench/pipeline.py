@@ -36,7 +36,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from bench.delta_log import new_commit_stats
-from broker_emulator.delta_checksum import write_with_checksum
+from foundation.delta_checksum import write_with_checksum
 from schemas.bronze import BROKER_METRICS, RUNS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,8 +69,8 @@ def _batch_figures(query: Any) -> tuple[int, list[float]]:
 
 
 def throughput(rows: int, files_per_trigger: list[int]) -> None:
-    from isrwatch.settings import load_settings
-    from isrwatch.spark import build_spark_session
+    from foundation.settings import load_settings
+    from foundation.spark import build_spark_session
     from jobs.validate import start_validation
 
     base = tempfile.mkdtemp(prefix="isrwatch-bench-")
@@ -157,7 +157,7 @@ LiveFigures = tuple[list[float], float, list[float]]  # delays, warm-up, micro-b
 def _live_run(seconds: int, start: Callable[[Any, str], list[Any]], sink: str) -> LiveFigures:
     """Emulator at live pace for `seconds` into a fresh lakehouse while `start(spark, lake)` runs queries;
     the delays from each bronze commit to the same emulator batch in `sink` (relative to the lakehouse)."""
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
 
     lake = tempfile.mkdtemp(prefix="isrwatch-bench-live-")
     emulator = _emulate(lake, "--pace", "live", "--duration", f"{seconds}s")
@@ -175,7 +175,7 @@ def _live_run(seconds: int, start: Callable[[Any, str], list[Any]], sink: str) -
 
 
 def live(seconds: int) -> None:
-    from isrwatch.settings import load_settings
+    from foundation.settings import load_settings
     from jobs.validate import start_validation
 
     def validate(spark: Any, lake: str) -> list[Any]:
@@ -220,7 +220,7 @@ def main() -> None:
         throughput(args.rows, [int(x) for x in args.files_per_trigger.split(",")])
         live(args.live_seconds)
     finally:
-        from isrwatch.spark import stop_active_session
+        from foundation.spark import stop_active_session
 
         stop_active_session()
 

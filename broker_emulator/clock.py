@@ -1,7 +1,7 @@
 """Time for the emulator: a virtual millisecond clock driven by an event queue.
 
 The model only ever reads `SimClock.now_ms`; pacing to wall time lives outside the package
-(`isrwatch.pacer`), so nothing in the model can read the wall clock.
+(`foundation.pacer`), so nothing in the model can read the wall clock.
 """
 
 from __future__ import annotations

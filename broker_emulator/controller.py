@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from broker_emulator.state import NO_BROKER, RECOVERED, RECOVERING
+from schemas.kafka_metrics import CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
     from broker_emulator.simulation import Simulation
 
-CONTROLLER_NODE_ID = 3000  # the active KRaft controller's node id in emitted metrics
 
 
 class Controller:

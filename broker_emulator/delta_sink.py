@@ -13,7 +13,8 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
-from broker_emulator.delta_checksum import write_with_checksum
+from foundation.delta_checksum import write_with_checksum
+from foundation.delta_io import compact_and_checkpoint
 from schemas.bronze import REFERENCE_TABLES
 from schemas.table import TableDef
 
@@ -93,16 +94,3 @@ def write_order(td: TableDef) -> tuple[int, str]:
     """Reference tables (schemas.bronze.REFERENCE_TABLES) first, then by name."""
     rank = REFERENCE_TABLES.index(td.name) if td.name in REFERENCE_TABLES else len(REFERENCE_TABLES)
     return rank, td.name
-
-
-def compact_and_checkpoint(lakehouse: str, tables: tuple[TableDef, ...], retention_hours: int = 168) -> None:
-    """Bound a long run's table size: merge small files, checkpoint the log, vacuum old files."""
-    for td in tables:
-        try:
-            dt = DeltaTable(td.path(lakehouse))
-        except TableNotFoundError:
-            continue
-        dt.optimize.compact()
-        dt.create_checkpoint()
-        dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)
-        dt.cleanup_metadata()

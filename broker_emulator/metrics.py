@@ -13,41 +13,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from broker_emulator.controller import CONTROLLER_NODE_ID
-from broker_emulator.produce import ERROR_CODES
 from broker_emulator.state import NO_BROKER
+from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
     from broker_emulator.simulation import Simulation
-
-MBEANS: dict[str, str] = {
-    "UnderReplicatedPartitions": "kafka.server:type=ReplicaManager,name=UnderReplicatedPartitions",
-    "UnderMinIsrPartitionCount": "kafka.server:type=ReplicaManager,name=UnderMinIsrPartitionCount",
-    "AtMinIsrPartitionCount": "kafka.server:type=ReplicaManager,name=AtMinIsrPartitionCount",
-    "PartitionCount": "kafka.server:type=ReplicaManager,name=PartitionCount",
-    "LeaderCount": "kafka.server:type=ReplicaManager,name=LeaderCount",
-    "IsrShrinksPerSec": "kafka.server:type=ReplicaManager,name=IsrShrinksPerSec",
-    "IsrExpandsPerSec": "kafka.server:type=ReplicaManager,name=IsrExpandsPerSec",
-    "FailedIsrUpdatesPerSec": "kafka.server:type=ReplicaManager,name=FailedIsrUpdatesPerSec",
-    "MaxLag": "kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica",
-    "MessagesInPerSec": "kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec",
-    "BytesInPerSec": "kafka.server:type=BrokerTopicMetrics,name=BytesInPerSec",
-    "OfflinePartitionsCount": "kafka.controller:type=KafkaController,name=OfflinePartitionsCount",
-    "ActiveControllerCount": "kafka.controller:type=KafkaController,name=ActiveControllerCount",
-    "FencedBrokerCount": "kafka.controller:type=KafkaController,name=FencedBrokerCount",
-    "ActiveBrokerCount": "kafka.controller:type=KafkaController,name=ActiveBrokerCount",
-    "GlobalPartitionCount": "kafka.controller:type=KafkaController,name=GlobalPartitionCount",
-    "UncleanLeaderElectionsPerSec": "kafka.controller:type=ControllerStats,name=UncleanLeaderElectionsPerSec",
-    "LeaderElectionRateAndTimeMs": "kafka.controller:type=ControllerStats,name=LeaderElectionRateAndTimeMs",
-}
-for _code in ERROR_CODES:
-    MBEANS[f"ErrorsPerSec:{_code}"] = (
-        f"kafka.network:type=RequestMetrics,name=ErrorsPerSec,request=Produce,error={_code}")
-
-BROKER_METERS = ("IsrShrinksPerSec", "IsrExpandsPerSec", "FailedIsrUpdatesPerSec", "MessagesInPerSec",
-                 "BytesInPerSec", *(f"ErrorsPerSec:{c}" for c in ERROR_CODES))
-CONTROLLER_METERS = ("UncleanLeaderElectionsPerSec", "LeaderElectionRateAndTimeMs")
-
 
 class Metrics:
     def __init__(self, sim: Simulation) -> None:
@@ -140,8 +110,3 @@ class Metrics:
             self.previous[key] = count
             out.append((node, m, "meter", rate, count))
         return out
-
-
-def metric_name(key: str) -> str:
-    """The MBean `name` key of a metric (error-specific meters share the name ErrorsPerSec)."""
-    return key.split(":", 1)[0]

@@ -16,8 +16,6 @@ import numpy as np
 import pyarrow as pa
 
 from broker_emulator.config import acks_label
-from broker_emulator.controller import CONTROLLER_NODE_ID
-from broker_emulator.metrics import MBEANS, metric_name
 from schemas.bronze import (
     ACK_LEDGER,
     BROKER_METRICS,
@@ -27,6 +25,7 @@ from schemas.bronze import (
     RUNS,
     TOPIC_CONFIGS,
 )
+from schemas.kafka_metrics import CONTROLLER_NODE_ID, MBEANS, metric_name
 from schemas.table import TableDef
 
 if TYPE_CHECKING:

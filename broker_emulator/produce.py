@@ -15,6 +15,7 @@ import numpy as np
 
 from broker_emulator.config import ProducerSpec, acks_label
 from broker_emulator.state import NO_BROKER
+from schemas.kafka_metrics import PRODUCE_ERRORS
 
 if TYPE_CHECKING:
     from broker_emulator.simulation import Simulation
@@ -25,6 +26,8 @@ NOT_ENOUGH_REPLICAS = "NOT_ENOUGH_REPLICAS"
 NOT_ENOUGH_REPLICAS_AFTER_APPEND = "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
 REQUEST_TIMED_OUT = "REQUEST_TIMED_OUT"
 ERROR_CODES = (NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS, NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT)
+# The metrics break these out by name (schemas.kafka_metrics): the two lists must be the same.
+assert ERROR_CODES == PRODUCE_ERRORS
 RETRIABLE = frozenset(ERROR_CODES)
 
 

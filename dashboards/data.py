@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from api.lakehouse import LakehouseReader, UnknownTable
 from dashboards.scope import PARTITION_STATE, Scope, bucket_ts, ts_scalar, window_filter
+from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines import slo_spec
 
 BROKER_METRICS = "silver.broker_metrics"

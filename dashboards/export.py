@@ -10,11 +10,11 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from api.lakehouse import LakehouseReader
 from dashboards import data
 from dashboards.html import PLOTLY_JS, StaticLinks, plotly_js_path, topic_file_name
 from dashboards.pages import PAGES, TOPIC_PREFIX, DashboardParams, render_index, render_page
 from dashboards.scope import resolve_scope
+from lakehouse_read.reader import LakehouseReader
 
 
 def export_pages(reader: LakehouseReader, out_dir: str | Path, cluster: str | None = None,

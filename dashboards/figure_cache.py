@@ -17,7 +17,7 @@ from collections.abc import Callable, Hashable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Generic, TypeVar
 
-from api.lru import Lru
+from lakehouse_read.lru import Lru
 
 F = TypeVar("F")  # a built figure
 # Builds are CPU-bound Python: more workers than cores would only interleave them.

@@ -19,7 +19,6 @@ from urllib.parse import urlencode
 import plotly.graph_objects as go
 import plotly.io as pio
 
-from api.lakehouse import LakehouseReader, UnknownTable
 from dashboards import data
 from dashboards.figure_cache import FigureCache
 from dashboards.figures import (
@@ -46,6 +45,7 @@ from dashboards.posture_figures import findings_figure, posture_table_figure
 from dashboards.scope import PARTITION_STATE, Scope, check_window_minutes, resolve_scope
 from dashboards.slo_figures import burn_rate_figure, error_budget_figure, slo_table_figure
 from dashboards.style import NO_DATA, finish
+from lakehouse_read.reader import LakehouseReader, UnknownTable
 
 TOPIC_PREFIX = "topics/"
 

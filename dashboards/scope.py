@@ -16,8 +16,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from api.cluster_state import latest_by_cluster, newest_cluster
-from api.lakehouse import LakehouseReader
+from lakehouse_read.cluster_state import latest_by_cluster, newest_cluster
+from lakehouse_read.reader import LakehouseReader
 from schemas.bronze import TS
 
 PARTITION_STATE = "silver.partition_state"

@@ -117,7 +117,7 @@ def _emulate(args: argparse.Namespace) -> int:
     sim = Simulation(scenario, sink)
     wait_until = None
     if args.pace is not None:
-        from isrwatch.pacer import LivePacer
+        from foundation.pacer import LivePacer
 
         wait_until = LivePacer(args.pace).wait_until
     started = time.monotonic()

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from isrwatch.settings import SettingsError
+from foundation.settings import SettingsError
 
 JOBS = ("validate", "posture", "slo", "alerts")
 
@@ -97,7 +97,7 @@ class Job:
 
 
 def build_settings(args: argparse.Namespace, jobs: list[str]) -> Any:
-    from isrwatch.settings import load_settings, parse_spark_conf
+    from foundation.settings import load_settings, parse_spark_conf
 
     overrides: dict[str, Any] = {"lakehouse": args.lakehouse, "alerts.rules": args.rules, "slo.specs": args.slos,
                                  "alerts.webhooks": False if args.no_webhooks else None}
@@ -156,7 +156,7 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], A
 
 
 def main_pipeline(args: argparse.Namespace) -> int:
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
     from jobs.delta_tables import SchemaDriftError
     from pipelines.alert_rules import AlertConfigError
     from pipelines.slo_spec import SloConfigError

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from isrwatch.settings import SettingsError, load_settings
+from foundation.settings import SettingsError, load_settings
 
 
 def add_serve_parsers(sub: Any) -> None:
@@ -52,8 +52,8 @@ def main_serve(args: argparse.Namespace) -> int:
 
 
 def main_dashboards(args: argparse.Namespace) -> int:
-    from api.lakehouse import LakehouseReader
     from dashboards.export import export_pages
+    from lakehouse_read.reader import LakehouseReader
 
     try:
         settings = load_settings(args.config, {"lakehouse": args.lakehouse})

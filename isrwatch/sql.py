@@ -159,7 +159,7 @@ def repl(spark: Any, args: argparse.Namespace, tables: list[TableRef], stdin: Te
 
 
 def main_sql(args: argparse.Namespace) -> int:
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
 
     root = args.lakehouse
     if "://" not in root and not Path(root).is_dir():

@@ -34,10 +34,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from isrwatch.alert_config import load_alert_config
-from isrwatch.delta_io import AppVersions, ensure_table, read_rows
-from isrwatch.settings import PipelineSettings, SettingsError
-from isrwatch.webhook import WebhookDispatcher
+from foundation.delta_io import AppVersions, ensure_table, read_rows
+from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
@@ -47,10 +45,12 @@ from jobs.streaming import (
     union_stream,
     wait_started,
 )
+from pipelines.alert_config import load_alert_config
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.alert_signals import SOURCES
 from pipelines.alert_state import EngineState, Transition
+from pipelines.webhook_delivery import WebhookDispatcher
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
 from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
 from schemas.silver import SILVER_TABLES
@@ -172,7 +172,7 @@ class AlertEvaluator:
         s.total_transitions += len(events)
         s.duration_ms = int((time.monotonic() - began) * 1000)
         if batch_id > 0 and batch_id % self.settings.alerts.maintain_every_batches == 0:
-            from broker_emulator.delta_sink import compact_and_checkpoint
+            from foundation.delta_io import compact_and_checkpoint
 
             compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))
 
@@ -232,7 +232,7 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
 
     args = build_parser().parse_args(argv)
     try:

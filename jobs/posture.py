@@ -29,8 +29,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from isrwatch.delta_io import AppVersions, ensure_table, read_rows
-from isrwatch.settings import PipelineSettings, SettingsError
+from foundation.delta_io import AppVersions, ensure_table, read_rows
+from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import add_common_args, load_job_settings, run_job, start_query, union_stream, wait_started
 from pipelines.posture import CONFIG_COLUMNS, latest_configs, topic_posture

@@ -30,9 +30,8 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from isrwatch.delta_io import AppVersions, ensure_table
-from isrwatch.settings import PipelineSettings, SettingsError
-from isrwatch.slo_config import load_slos
+from foundation.delta_io import AppVersions, ensure_table
+from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
@@ -43,6 +42,7 @@ from jobs.streaming import (
     union_stream,
     wait_started,
 )
+from pipelines.slo_config import load_slos
 from pipelines.slo_math import BudgetSeries, evaluate_batch
 from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
@@ -122,7 +122,7 @@ class SloEvaluator:
         latest = [f.iloc[-1] for f in status_out if len(f)]
         s.paging, s.ticketing = sum(bool(r["page"]) for r in latest), sum(bool(r["ticket"]) for r in latest)
         if batch_id > 0 and batch_id % self.settings.slo.maintain_every_batches == 0:
-            from broker_emulator.delta_sink import compact_and_checkpoint
+            from foundation.delta_io import compact_and_checkpoint
 
             compact_and_checkpoint(lake, (SLO_TIMESLICES, SLO_STATUS))
 

@@ -21,8 +21,8 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from isrwatch.delta_io import AppVersions
-from isrwatch.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
+from foundation.delta_io import AppVersions
+from foundation.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
 
 T = TypeVar("T")
 
@@ -88,7 +88,7 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
             start: Callable[[SparkSession, PipelineSettings, T], tuple[StreamingQuery, Any]]) -> int:
     """A gold job's main: settings (exit 2 on `errors`), the session, the query (exit 2 when its tables are
     missing), then wait and print the evaluator's stats."""
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
 
     try:
         settings, extra = load()

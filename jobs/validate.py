@@ -12,7 +12,7 @@ values; Great Expectations validates each table's rows and its verdicts go to si
 commit per micro-batch (jobs/validate_routes.py routes a table's rows).
 
 Exactly once: the Delta sources' offsets and the dedup state live in the query's checkpoint, and every
-sink write is marked with the query's id, the table and the batch id (isrwatch/batch_appender.py). A
+sink write is marked with the query's id, the table and the batch id (foundation/batch_appender.py). A
 batch replayed after a crash recomputes the same rows and skips each write it already committed.
 """
 
@@ -37,8 +37,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from isrwatch.batch_appender import BatchAppender
-from isrwatch.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
+from foundation.batch_appender import BatchAppender
+from foundation.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
 from jobs.delta_tables import (
     SchemaDriftError,
     check_schema,
@@ -361,7 +361,7 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
 
     args = build_parser().parse_args(argv)
     try:

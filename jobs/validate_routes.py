@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from isrwatch.batch_appender import BatchAppender
+from foundation.batch_appender import BatchAppender
 from jobs.streaming import die_here_if_asked
 from pipelines.arrow_expectations import evaluate, failures
 from pipelines.context import (

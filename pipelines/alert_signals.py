@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from broker_emulator.metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
 from schemas.gold_durability import FINDING_COLUMNS
+from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
 
 SCOPE_KEYS: dict[str, tuple[str, ...]] = {
     "partition": ("topic", "partition"),

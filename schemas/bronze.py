@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from broker_emulator.metrics import MBEANS, metric_name
 from schemas.expectations import (
     BrokerRefs,
     Expect,
@@ -26,6 +25,7 @@ from schemas.expectations import (
     replication_invariants,
     within_run,
 )
+from schemas.kafka_metrics import MBEANS, metric_name
 from schemas.table import TableDef, columns
 
 EVENT_TYPES = ("broker_state", "config_change", "consumer_offset_reset", "election", "fault", "fenced",

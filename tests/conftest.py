@@ -10,7 +10,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
-    from isrwatch.spark import build_spark_session
+    from foundation.spark import build_spark_session
 
     session = build_spark_session("isrwatch-tests", master="local[2]")
     yield session

@@ -16,7 +16,7 @@ import pytest
 from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import load_scenario, parse_scenario
 from broker_emulator.simulation import Simulation
-from isrwatch.settings import load_settings
+from foundation.settings import load_settings
 from jobs.posture import start_posture
 from jobs.slo import start_slo
 from tests.pipeline.test_validate import validate

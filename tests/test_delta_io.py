@@ -1,4 +1,4 @@
-"""Idempotent driver-side writes (isrwatch/delta_io.py): a replayed version changes nothing, and an app's
+"""Idempotent driver-side writes (foundation/delta_io.py): a replayed version changes nothing, and an app's
 versions are read from the table once per process."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-import isrwatch.delta_io as delta_io
-from isrwatch.delta_io import AppVersions, write_once
+import foundation.delta_io as delta_io
+from foundation.delta_io import AppVersions, write_once
 from schemas.gold import DELIVERIES
 
 

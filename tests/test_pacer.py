@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from isrwatch.pacer import LivePacer
+from foundation.pacer import LivePacer
 
 
 class FakeWall:

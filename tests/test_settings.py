@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from isrwatch.settings import SettingsError, load_settings
+from foundation.settings import SettingsError, load_settings
 
 
 @pytest.mark.parametrize("text", ["lakehouse: x\n", "lakehouse: x\nalerts:\n", "lakehouse: x\nalerts: {}\n"])

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 import yaml
 
-from isrwatch.alert_config import load_alert_config
-from isrwatch.delta_io import read_rows
-from isrwatch.settings import load_settings
+from foundation.delta_io import read_rows
+from foundation.settings import load_settings
 from jobs.alerts import start_alerts
+from pipelines.alert_config import load_alert_config
 from pipelines.alertmanager import verify
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from isrwatch.alert_config import load_alert_config
+from pipelines.alert_config import load_alert_config
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfigError, parse_alert_config
 from pipelines.alert_state import EngineState, Transition

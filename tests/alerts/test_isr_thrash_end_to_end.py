@@ -15,11 +15,11 @@ from typing import Any
 import pyarrow.compute as pc
 import yaml
 
-from broker_emulator.delta_checksum import write_with_checksum
 from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import load_scenario
 from broker_emulator.simulation import Simulation
-from isrwatch.delta_io import read_rows
+from foundation.delta_checksum import write_with_checksum
+from foundation.delta_io import read_rows
 from pipelines.alert_truth import score, thrash_episodes
 from schemas.bronze import CLUSTER_EVENTS, RUNS, TOPIC_CONFIGS
 from schemas.gold import ALERT_EVENTS

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from isrwatch.delta_io import read_rows
+from foundation.delta_io import read_rows
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
 from tests.lakes import UNCLEAN

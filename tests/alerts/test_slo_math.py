@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from isrwatch.slo_config import load_slos
+from pipelines.slo_config import load_slos
 from pipelines.slo_math import BudgetSeries, evaluate_batch, timeslices
 from pipelines.slo_spec import Slo, SloConfigError, parse_slos
 

@@ -13,10 +13,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from isrwatch.delta_io import read_rows, write_once
-from isrwatch.webhook import WebhookDispatcher
+from foundation.delta_io import read_rows, write_once
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.alertmanager import SIGNATURE_HEADER, verify
+from pipelines.webhook_delivery import WebhookDispatcher
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 from tests.alerts.receiver import Receiver as HttpReceiver
 from tests.alerts.test_engine import CONFIG
@@ -190,7 +190,7 @@ def test_unsigned_without_a_secret_and_routing_by_severity(tmp_path: Path, recei
 
 def test_an_active_silence_suppresses_delivery_of_matching_alerts_only(tmp_path: Path,
                                                                        receiver: HttpReceiver) -> None:
-    from isrwatch.silence_store import SilenceStore
+    from pipelines.silence_store import SilenceStore
     from pipelines.silences import Matcher
 
     lake = str(tmp_path)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from isrwatch.webhook import UNKNOWN_ERROR
+from pipelines.webhook_delivery import UNKNOWN_ERROR
 from tests.alerts.receiver import Receiver as HttpReceiver
 from tests.alerts.test_webhook import dispatcher, events, records, store
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from isrwatch.settings import PipelineSettings, load_settings
+from foundation.settings import PipelineSettings, load_settings
 from jobs.alerts import start_alerts
 
 TOKEN = "test-token-0123456789"

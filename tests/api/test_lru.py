@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.lru import Lru
+from lakehouse_read.lru import Lru
 
 
 def test_the_least_recently_used_entry_leaves_first() -> None:

@@ -15,7 +15,7 @@ from deltalake import DeltaTable, write_deltalake
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from isrwatch.slo_config import load_slos
+from pipelines.slo_config import load_slos
 from tests.api.conftest import TOKEN, api_settings
 
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

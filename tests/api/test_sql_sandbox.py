@@ -30,7 +30,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import TOKEN_ENV, create_app
-from isrwatch.settings import load_settings
+from foundation.settings import load_settings
 from tests.dashboards.lake import build_lake
 
 TOKEN = "sandbox-token-0123456789"

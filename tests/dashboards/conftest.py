@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from api.lakehouse import LakehouseReader
+from lakehouse_read.reader import LakehouseReader
 from tests.dashboards.lake import build_lake
 
 

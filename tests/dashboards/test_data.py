@@ -8,9 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from api.lakehouse import LakehouseReader
 from dashboards import data
 from dashboards.scope import DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES, Scope, resolve_scope
+from lakehouse_read.reader import LakehouseReader
 from schemas.silver import SILVER_TABLES
 from tests.dashboards.lake import C0_START, SECONDS, at, write
 

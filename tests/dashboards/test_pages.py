@@ -10,7 +10,6 @@ from typing import Any
 import plotly.graph_objects as go
 import pytest
 
-from api.lakehouse import LakehouseReader
 from dashboards.export import export_pages
 from dashboards.html import ServedLinks, plotly_js_path, topic_file_name
 from dashboards.pages import (
@@ -23,6 +22,7 @@ from dashboards.pages import (
     render_index,
     render_page,
 )
+from lakehouse_read.reader import LakehouseReader
 from schemas.silver import SILVER_TABLES
 from tests.dashboards.lake import at, write
 

@@ -8,9 +8,9 @@ import json
 import re
 from pathlib import Path
 
-from api.lakehouse import LakehouseReader
 from dashboards.html import PLOTLY_BUNDLE, full_plotly_js_path, plotly_js_path
 from dashboards.pages import WARMED_TRACES, DashboardParams, page_payload
+from lakehouse_read.reader import LakehouseReader
 from tests.dashboards.test_pages import FIGURES
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -14,10 +14,10 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from api.dashboard_routes import PLOTLY_CACHE_CONTROL, router
-from api.lakehouse import LakehouseReader
 from dashboards.html import PLOTLY_BUNDLE, plotly_js_path
 from dashboards.pages import PAGES
-from isrwatch.settings import ApiSettings
+from lakehouse_read.reader import LakehouseReader
+from foundation.settings import ApiSettings
 
 
 def app_over(lake: Path, **settings: object) -> FastAPI:

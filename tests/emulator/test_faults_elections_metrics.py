@@ -8,10 +8,10 @@ import random
 import numpy as np
 import pytest
 
-from broker_emulator.controller import CONTROLLER_NODE_ID
 from broker_emulator.errors import InvalidReplicationFactor
 from broker_emulator.placement import place_replicas
 from broker_emulator.produce import Batch, Pending
+from schemas.kafka_metrics import CONTROLLER_NODE_ID
 from tests.emulator.helpers import events, hw, isr, leader_of, leo, simulate
 
 BASE = """

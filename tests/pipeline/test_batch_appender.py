@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from isrwatch.batch_appender import BatchAppender, last_marked_batch, marker, on_local_file_system
+from foundation.batch_appender import BatchAppender, last_marked_batch, marker, on_local_file_system
 
 pytestmark = pytest.mark.spark
 

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from broker_emulator.delta_checksum import write_checksum, write_with_checksum
+from foundation.delta_checksum import write_checksum, write_with_checksum
 
 
 def _rows(start: int, n: int) -> pa.Table:

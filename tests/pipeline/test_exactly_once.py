@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from isrwatch.spark import delta_jars
+from foundation.spark import delta_jars
 from schemas.bronze import BROKER_METRICS, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from tests.pipeline.helpers import append, emulate, key_of, rows

@@ -15,7 +15,7 @@ from deltalake import DeltaTable
 from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import load_scenario
 from broker_emulator.simulation import Simulation
-from isrwatch.settings import load_settings
+from foundation.settings import load_settings
 from jobs.delta_tables import SchemaDriftError
 from jobs.validate import start_validation
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE, TOPIC_CONFIGS

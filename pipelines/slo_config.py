@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from isrwatch.yaml_file import read_yaml
+from foundation.yaml_file import read_yaml
 from pipelines.slo_spec import Slo, SloConfigError, parse_slos
 
 DEFAULT_SLOS = Path(__file__).resolve().parent.parent / "conf" / "slos.yaml"

@@ -42,8 +42,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from isrwatch.delta_io import append, ensure_table, read_rows
-from isrwatch.silence_store import SilenceStore
+from foundation.delta_io import append, ensure_table, read_rows
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.alertmanager import (
     ATTEMPT_HEADER,
@@ -54,6 +53,7 @@ from pipelines.alertmanager import (
     payload,
     signature,
 )
+from pipelines.silence_store import SilenceStore
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 
 FINAL = ("delivered", "rejected", "gave_up", "silenced")

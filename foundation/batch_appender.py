@@ -15,7 +15,7 @@ with delta-rs when the table is on a local file system (`append_rows`): the same
 `userMetadata` field, but no Spark job and no post-commit checkpoint job, which on 2 cores cost 0.4 s
 and 2-3 s respectively per write (a delta-rs append of a live batch takes ~10 ms). Both writers speak
 the same Delta protocol, and the delta-rs commit gets the `.crc` checksum delta-spark would have written
-(broker_emulator/delta_checksum.py), so the table, its history and its readers do not tell them apart. Elsewhere
+(foundation/delta_checksum.py), so the table, its history and its readers do not tell them apart. Elsewhere
 (s3a://, hdfs://, abfss://, …) Spark writes them: it holds the credentials and file systems the
 cluster was configured with.
 
@@ -92,7 +92,7 @@ class BatchAppender:
             return self.append(self.spark.createDataFrame(rows).coalesce(1), path, batch_id)
         from deltalake import CommitProperties
 
-        from broker_emulator.delta_checksum import write_with_checksum
+        from foundation.delta_checksum import write_with_checksum
 
         commit = CommitProperties(custom_metadata={"userMetadata": marker(self.app_id, batch_id)})
         write_with_checksum(path, rows, mode="append", commit_properties=commit)

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from api.jsonable import rows
-from api.lakehouse import LakehouseReader, UnknownTable
+from lakehouse_read.jsonable import rows
+from lakehouse_read.reader import LakehouseReader, UnknownTable
 
 GAUGES = ("UnderReplicatedPartitions", "UnderMinIsrPartitionCount", "AtMinIsrPartitionCount", "LeaderCount",
           "PartitionCount", "OfflinePartitionsCount", "ActiveControllerCount")

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from isrwatch.yaml_file import read_yaml
+from foundation.yaml_file import read_yaml
 from schemas.bronze import BRONZE_TABLES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "pipeline.yaml"

@@ -1,4 +1,4 @@
-"""Small delta-rs helpers for the driver-side writers (alerts state, deliveries).
+"""Small delta-rs helpers for the driver-side writers (alerts state, deliveries) and table upkeep.
 
 delta-rs records app transactions but does not enforce them, so `write_once` reads the table's recorded
 version for the app id and skips a write it already committed: a replayed micro-batch changes nothing.
@@ -14,7 +14,7 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
-from broker_emulator.delta_checksum import write_with_checksum
+from foundation.delta_checksum import write_with_checksum
 from schemas.table import TableDef
 
 
@@ -94,6 +94,19 @@ def ensure_table(td: TableDef, lakehouse: str) -> None:
         raise ValueError(f"{td.qualified_name} ({td.path(lakehouse)}): lacks column(s) "
                          f"{[f.name for f in added if not f.nullable]} that cannot be null: migrate it by hand")
     write_with_checksum(_local_dir(td, lakehouse), td.arrow_schema.empty_table(), mode="append", schema_mode="merge")
+
+
+def compact_and_checkpoint(lakehouse: str, tables: tuple[TableDef, ...], retention_hours: int = 168) -> None:
+    """Bound a long run's table size: merge small files, checkpoint the log, vacuum old files."""
+    for td in tables:
+        try:
+            dt = DeltaTable(td.path(lakehouse))
+        except TableNotFoundError:
+            continue
+        dt.optimize.compact()
+        dt.create_checkpoint()
+        dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)
+        dt.cleanup_metadata()
 
 
 def _local_dir(td: TableDef, lakehouse: str) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from isrwatch.delta_io import append, open_table
+from foundation.delta_io import append, open_table
 from pipelines.silences import Matcher, Silence, SilenceError, check_matchers, silenced_by
 from schemas.api_tables import SILENCES
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from isrwatch.yaml_file import read_yaml
+from foundation.yaml_file import read_yaml
 from pipelines.alert_engine import _inhibitors_first
 from pipelines.alert_rules import AlertConfig, AlertConfigError, parse_alert_config
 

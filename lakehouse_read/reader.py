@@ -4,7 +4,7 @@ Each table is opened once with delta-rs and re-checked for a new version at most
 seconds, so a burst of requests costs one log read per table, not one per request. Whole-table reads
 are cached per (table, version, columns): a request on an unchanged table is served from memory.
 Large time series are never read whole: `scan` pushes filters down to file and row-group statistics
-(api/cluster_state.py finds each cluster's newest snapshot from the files' statistics alone).
+(lakehouse_read/cluster_state.py finds each cluster's newest snapshot from the files' statistics alone).
 
 Only the known layers under the configured root are reachable: a name is `<layer>.<table>` with
 both parts plain identifiers, so no request can point the reader at another path.
