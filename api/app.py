@@ -16,8 +16,8 @@ from api.page_keeper import PageKeeper
 from api.response_cache import ResponseCache, ResponseCacheMiddleware
 from api.sql_limits import ClientSlots
 from api.sql_pool import SqlWorkerPool
-from lakehouse_read.reader import LakehouseReader
 from foundation.settings import PipelineSettings
+from lakehouse_read.reader import LakehouseReader
 from pipelines.silence_store import SilenceStore
 from pipelines.slo_config import load_slos
 

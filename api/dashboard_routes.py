@@ -33,8 +33,8 @@ from dashboards.pages import (
     render_index,
 )
 from dashboards.scope import DEFAULT_WINDOW_MINUTES, MAX_WINDOW_MINUTES
-from lakehouse_read.reader import LakehouseReader
 from foundation.settings import ApiSettings
+from lakehouse_read.reader import LakehouseReader
 
 # With api.read_auth on, the pages need the bearer token too (they embed the same data as the API): put
 # them behind a proxy that adds the Authorization header.

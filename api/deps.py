@@ -11,8 +11,8 @@ import hmac
 from fastapi import Request
 
 from api.errors import ApiError
-from lakehouse_read.reader import LakehouseReader
 from foundation.settings import ApiSettings
+from lakehouse_read.reader import LakehouseReader
 
 
 async def get_reader(request: Request) -> LakehouseReader:

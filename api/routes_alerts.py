@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.deps import get_reader, get_settings, require_read
 from api.errors import ApiError
-from lakehouse_read.jsonable import iso, rows
 from api.response_cache import ResponseCache
+from lakehouse_read.jsonable import iso, rows
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines.silence_store import SilenceStore
 

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Depends, Path, Query, Request
 
 from api.deps import get_reader, require_read
 from api.errors import ApiError
-from lakehouse_read.jsonable import iso, rows
 from api.response_cache import ResponseCache
 from lakehouse_read.cluster_state import (
     broker_gauges,
@@ -18,6 +17,7 @@ from lakehouse_read.cluster_state import (
     partition_snapshot,
     topic_configs,
 )
+from lakehouse_read.jsonable import iso, rows
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from schemas.gold_durability import FINDING_COLUMNS
 from schemas.kafka_metrics import CONTROLLER_NODE_ID

@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from api.page_keeper import DEFAULT_PATHS, PageKeeper
 from dashboards.pages import DashboardParams, keep_built, page_payload
-from lakehouse_read.reader import LakehouseReader
 from foundation.settings import load_settings
+from lakehouse_read.reader import LakehouseReader
 from schemas.gold_durability import SLO_STATUS
 from schemas.silver import SILVER_TABLES
 from tests.dashboards.lake import at, write

@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from api.dashboard_routes import PLOTLY_CACHE_CONTROL, router
 from dashboards.html import PLOTLY_BUNDLE, plotly_js_path
 from dashboards.pages import PAGES
-from lakehouse_read.reader import LakehouseReader
 from foundation.settings import ApiSettings
+from lakehouse_read.reader import LakehouseReader
 
 
 def app_over(lake: Path, **settings: object) -> FastAPI:
