@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any
 from broker_emulator.faults import CONTROLLER
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from collections.abc import Iterable
+
+    from broker_emulator.clock import EventQueue
+    from broker_emulator.config import Broker
 
 
 class Liveness(Enum):
@@ -36,10 +39,9 @@ class BrokerState:
 
 
 class Brokers:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.by_id: dict[int, BrokerState] = {b.broker_id: BrokerState(b.broker_id, b.rack)
-                                              for b in sim.scenario.cluster.brokers}
+    def __init__(self, brokers: Iterable[Broker], queue: EventQueue) -> None:
+        self.queue = queue  # a paused broker's held requests go back on it when it resumes
+        self.by_id: dict[int, BrokerState] = {b.broker_id: BrokerState(b.broker_id, b.rack) for b in brokers}
 
     @property
     def ids(self) -> list[int]:
@@ -65,7 +67,7 @@ class Brokers:
         """A paused broker resumes: replay what arrived meanwhile, in arrival order."""
         stalled, self.by_id[b].stalled = self.by_id[b].stalled, []
         for kind, payload in stalled:
-            self.sim.queue.schedule(self.sim.clock.now_ms, kind, payload)
+            self.queue.schedule(self.queue.clock.now_ms, kind, payload)
 
 
 class Network:

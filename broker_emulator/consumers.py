@@ -17,7 +17,11 @@ from broker_emulator.config import ConsumerSpec
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from collections.abc import Iterable, Mapping
+
+    from broker_emulator.brokers import Brokers
+    from broker_emulator.events import EventLog
+    from broker_emulator.state import PartitionTable
 
 
 @dataclass
@@ -32,23 +36,26 @@ class GroupState:
 
 
 class Consumers:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
+    def __init__(self, specs: Iterable[ConsumerSpec], topic_range: Mapping[str, tuple[int, int]],
+                 table: PartitionTable, brokers: Brokers, events: EventLog) -> None:
+        self.t = table
+        self.brokers = brokers
+        self.events = events
         self.groups: list[GroupState] = []
-        for spec in sim.scenario.consumers:
-            first, end = sim.topic_range[spec.topic]
+        for spec in specs:
+            first, end = topic_range[spec.topic]
             n = end - first
             self.groups.append(GroupState(spec, first, np.zeros(n, np.int64), np.zeros(n, np.int64),
                                           np.zeros(n, np.int64)))
 
     def poll(self, interval_ms: int) -> None:
         """One metric interval of consumption."""
-        sim, t = self.sim, self.sim.table
+        t = self.t
         for g in self.groups:
             ps = np.arange(g.first, g.first + len(g.position))
             leader = t.leader[ps]
             ok = leader != NO_BROKER
-            ok &= np.fromiter((sim.brokers.running(int(b)) if b >= 0 else False for b in leader), bool, len(ps))
+            ok &= np.fromiter((self.brokers.running(int(b)) if b >= 0 else False for b in leader), bool, len(ps))
             ls = np.argmax(t.replicas[ps] == leader[:, None], axis=1)
             hw = t.hw[ps, ls]
             behind = ok & (hw < g.position)
@@ -56,9 +63,9 @@ class Consumers:
                 lost = int(g.position[i] - hw[i])
                 g.reset[i] += lost
                 g.total_reset += lost
-                sim.events.emit("consumer_offset_reset", p=int(ps[i]), broker_id=int(leader[i]),
-                                cause="offset_out_of_range", records=lost,
-                                detail={"group": g.spec.group, "from": int(g.position[i]), "to": int(hw[i])})
+                self.events.emit("consumer_offset_reset", p=int(ps[i]), broker_id=int(leader[i]),
+                                 cause="offset_out_of_range", records=lost,
+                                 detail={"group": g.spec.group, "from": int(g.position[i]), "to": int(hw[i])})
                 g.position[i] = hw[i]
             budget = np.inf if g.spec.rate_per_s is None else g.spec.rate_per_s * interval_ms / 1000 / len(ps)
             step = np.where(ok, np.minimum(hw - g.position, budget), 0).astype(np.int64)
@@ -69,7 +76,7 @@ class Consumers:
 
     def drain(self) -> list[tuple[str, int, int, int, int, int, int]]:
         """(group, p, position, hw, lag, consumed, reset) per partition, and reset the interval counters."""
-        t = self.sim.table
+        t = self.t
         rows = []
         for g in self.groups:
             for i in range(len(g.position)):

@@ -9,7 +9,7 @@ elections set ISR=[leader] and LeaderRecoveryState=RECOVERING until the leader r
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -17,12 +17,44 @@ from broker_emulator.state import NO_BROKER, RECOVERED, RECOVERING
 from schemas.kafka_metrics import CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers, Network
+    from broker_emulator.clock import EventQueue, SimClock
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.events import EventLog
+    from broker_emulator.metrics import Metrics
+    from broker_emulator.ports import ProducePort, ReplicationPort
+    from broker_emulator.state import PartitionTable
 
+
+class ControllerHost(Protocol):
+    """What the controller uses of the simulation: the cluster, the scheduler, and metadata publication."""
+
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def brokers(self) -> Brokers: ...
+    @property
+    def network(self) -> Network: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def replication(self) -> ReplicationPort: ...
+    @property
+    def produce(self) -> ProducePort: ...
+    def publish(self, ps: list[int]) -> None:
+        """Send a committed partition change to the brokers and clients (after metadata propagation)."""
 
 
 class Controller:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: ControllerHost) -> None:
         self.sim = sim
         self.t = sim.table
         ids = sim.brokers.ids

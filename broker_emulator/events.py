@@ -7,12 +7,15 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.clock import SimClock
+    from broker_emulator.state import PartitionTable
 
 
 class EventLog:
-    def __init__(self, sim: Simulation, history: int = 400) -> None:
-        self.sim = sim
+    def __init__(self, clock: SimClock, table: PartitionTable, topic_names: list[str], history: int = 400) -> None:
+        self.clock = clock
+        self.t = table
+        self.topic_names = topic_names  # by topic index, to name an event's partition
         self.seq = 0
         self.rows: list[tuple[Any, ...]] = []
         self.history: deque[str] = deque(maxlen=history)
@@ -20,15 +23,15 @@ class EventLog:
 
     def emit(self, event_type: str, *, cause: str, detail: dict[str, Any], broker_id: int | None = None,
              p: int | None = None, records: int | None = None) -> int:
-        sim, t = self.sim, self.sim.table
+        t = self.t
         seq = self.seq
         self.seq += 1
         topic = partition = epoch = None
         if p is not None:
-            topic = sim.topic_names[int(t.topic_index[p])]
+            topic = self.topic_names[int(t.topic_index[p])]
             partition = int(t.partition_index[p])
             epoch = int(t.leader_epoch[p])
-        now = sim.clock.now_ms
+        now = self.clock.now_ms
         self.rows.append((now, seq, event_type, broker_id, topic, partition, epoch, cause, records,
                           json.dumps(detail, sort_keys=True, separators=(",", ":"))))
         key = f"{event_type}:{cause}"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -11,12 +11,61 @@ from broker_emulator.faults import Action
 from broker_emulator.scenario import _TOPIC_KEYS
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers, Network
+    from broker_emulator.clock import EventQueue, SimClock
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.controller import Controller
+    from broker_emulator.events import EventLog
+    from broker_emulator.ledger import Ledger
+    from broker_emulator.logs import Logs
+    from broker_emulator.output import Recorder
+    from broker_emulator.produce import Produce
+    from broker_emulator.replication import Replication
+    from broker_emulator.state import PartitionTable
 
 _DOWN = (Liveness.CRASHED, Liveness.STOPPED)
 
 
-def apply_action(sim: Simulation, a: Action) -> None:
+class FaultTarget(Protocol):
+    """The parts of the simulation a fault acts on: a fault reaches into every layer, as a real one does."""
+
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def topic_range(self) -> dict[str, tuple[int, int]]: ...
+    @property
+    def brokers(self) -> Brokers: ...
+    @property
+    def network(self) -> Network: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def logs(self) -> Logs: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def controller(self) -> Controller: ...
+    @property
+    def replication(self) -> Replication: ...
+    @property
+    def produce(self) -> Produce: ...
+    @property
+    def recorder(self) -> Recorder: ...
+    @property
+    def data_loss_by_broker(self) -> dict[int, str]: ...
+    @property
+    def stale_view(self) -> set[int]:
+        """Brokers that missed a metadata update and must catch up when they can hear the controller."""
+    def resync(self, b: int) -> None: ...
+
+
+def apply_action(sim: FaultTarget, a: Action) -> None:
     detail: dict[str, object] = {"origin": a.origin}
     if a.brokers:
         detail["brokers"] = list(a.brokers)
@@ -29,7 +78,7 @@ def apply_action(sim: Simulation, a: Action) -> None:
     handler(sim, a)
 
 
-def _crash(sim: Simulation, a: Action, loss: str | None = None) -> None:
+def _crash(sim: FaultTarget, a: Action, loss: str | None = None) -> None:
     t = sim.table
     for b in a.brokers:
         st = sim.brokers.by_id[b]
@@ -49,7 +98,7 @@ def _crash(sim: Simulation, a: Action, loss: str | None = None) -> None:
                 sim.ledger.check_all_replicas(p)
 
 
-def close_connections(sim: Simulation, b: int) -> None:
+def close_connections(sim: FaultTarget, b: int) -> None:
     """`b` crashed or stopped: what it held fails as a closed connection does.
 
     Requests that reached it while it was paused are answered by no one: producers retry their
@@ -69,15 +118,15 @@ def close_connections(sim: Simulation, b: int) -> None:
     sim.replication.leader_gone(b)
 
 
-def _power_loss(sim: Simulation, a: Action) -> None:
+def _power_loss(sim: FaultTarget, a: Action) -> None:
     _crash(sim, a, "power_loss")
 
 
-def _disk_loss(sim: Simulation, a: Action) -> None:
+def _disk_loss(sim: FaultTarget, a: Action) -> None:
     _crash(sim, a, "disk_loss")
 
 
-def _restart(sim: Simulation, a: Action) -> None:
+def _restart(sim: FaultTarget, a: Action) -> None:
     for b in a.brokers:
         st = sim.brokers.by_id[b]
         if st.liveness is Liveness.PAUSED:
@@ -88,14 +137,14 @@ def _restart(sim: Simulation, a: Action) -> None:
             sim.queue.schedule(sim.clock.now_ms + sim.cfg.log_recovery_ms, "broker_registered", (b, unclean))
 
 
-def _pause(sim: Simulation, a: Action) -> None:
+def _pause(sim: FaultTarget, a: Action) -> None:
     for b in a.brokers:
         st = sim.brokers.by_id[b]
         if st.liveness is Liveness.ALIVE:
             st.liveness = Liveness.PAUSED
 
 
-def _resume(sim: Simulation, a: Action) -> None:
+def _resume(sim: FaultTarget, a: Action) -> None:
     for b in a.brokers:
         st = sim.brokers.by_id[b]
         if st.liveness is not Liveness.PAUSED:
@@ -107,11 +156,11 @@ def _resume(sim: Simulation, a: Action) -> None:
         sim.replication.start_sessions(b)
 
 
-def _partition(sim: Simulation, a: Action) -> None:
+def _partition(sim: FaultTarget, a: Action) -> None:
     sim.network.partition(a.groups)
 
 
-def _heal(sim: Simulation, a: Action) -> None:
+def _heal(sim: FaultTarget, a: Action) -> None:
     sim.network.heal()
     for b in sim.brokers.ids:
         if b in sim.stale_view and sim.brokers.running(b):
@@ -120,12 +169,12 @@ def _heal(sim: Simulation, a: Action) -> None:
             sim.replication.start_sessions(b)
 
 
-def _slow(sim: Simulation, a: Action) -> None:
+def _slow(sim: FaultTarget, a: Action) -> None:
     for b in a.brokers:
         sim.brokers.by_id[b].fetch_delay_ms = a.delay_ms
 
 
-def _controlled_shutdown(sim: Simulation, a: Action) -> None:
+def _controlled_shutdown(sim: FaultTarget, a: Action) -> None:
     for b in a.brokers:
         st = sim.brokers.by_id[b]
         if st.liveness is not Liveness.ALIVE:
@@ -138,7 +187,7 @@ def _controlled_shutdown(sim: Simulation, a: Action) -> None:
             close_connections(sim, b)
 
 
-def _config_change(sim: Simulation, a: Action) -> None:
+def _config_change(sim: FaultTarget, a: Action) -> None:
     t = sim.table
     assert a.topic is not None
     first, end = sim.topic_range[a.topic]
@@ -162,7 +211,7 @@ def _config_change(sim: Simulation, a: Action) -> None:
                 sim.controller.change(p, cause="unclean_enabled")
 
 
-def _elect(sim: Simulation, a: Action) -> None:
+def _elect(sim: FaultTarget, a: Action) -> None:
     assert a.topic is not None
     first, end = sim.topic_range[a.topic]
     ps = [first + a.partition] if a.partition is not None else list(range(first, end))

@@ -13,15 +13,45 @@ Where a step has phases (track, then ISR expansion, then the HW), the twin keeps
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
+    from broker_emulator.clock import SimClock
     from broker_emulator.fetch_session import FetchRequest, FetchResponse
-    from broker_emulator.replication import Replication
+    from broker_emulator.logs import Logs
+    from broker_emulator.ports import ControllerPort, ProducePort
+    from broker_emulator.state import PartitionTable
+
+
+class FetchLoopHost(Protocol):
+    """What the twins use of the simulation (through the fetch loop's `sim`)."""
+
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def logs(self) -> Logs: ...
+    @property
+    def controller(self) -> ControllerPort: ...
+    @property
+    def produce(self) -> ProducePort: ...
+
+
+class FetchLoop(Protocol):
+    """What the twins use of `replication.Replication`, whose module imports this one."""
+
+    @property
+    def t(self) -> PartitionTable: ...
+    @property
+    def sim(self) -> FetchLoopHost: ...
+    @property
+    def max_fetch_records(self) -> np.ndarray:
+        """Per partition: the most records one fetch response carries."""
+    def advance_hw(self, ps: np.ndarray) -> None: ...
+
 
 SMALL_BATCH = 16  # entries; above this the vector step is cheaper
 I64_MAX = int(np.iinfo(np.int64).max)
@@ -32,7 +62,7 @@ def distinct_small(flat_indices: list[int]) -> bool:
     return len(flat_indices) <= SMALL_BATCH and len(set(flat_indices)) == len(flat_indices)
 
 
-def respond_entries(rep: Replication, req: FetchRequest) -> tuple[np.ndarray, ...]:
+def respond_entries(rep: FetchLoop, req: FetchRequest) -> tuple[np.ndarray, ...]:
     """Replication.respond's answer: (keep, ends, leader HW, leader log start) per entry."""
     flat = rep.t.flat
     max_records = rep.max_fetch_records
@@ -56,7 +86,7 @@ def respond_entries(rep: Replication, req: FetchRequest) -> tuple[np.ndarray, ..
             np.array(starts, np.int64))
 
 
-def track_entries(rep: Replication, requests: list[FetchRequest]) -> None:
+def track_entries(rep: FetchLoop, requests: list[FetchRequest]) -> None:
     """Replication._track: follower state, lastCaughtUpTimeMs, ISR expansion, then the HW."""
     sim, t = rep.sim, rep.t
     flat = t.flat
@@ -89,7 +119,7 @@ def track_entries(rep: Replication, requests: list[FetchRequest]) -> None:
         rep.advance_hw(np.asarray(moved, np.int64))
 
 
-def apply_entries(rep: Replication, responses: list[FetchResponse]) -> None:
+def apply_entries(rep: FetchLoop, responses: list[FetchResponse]) -> None:
     """Replication.at_follower's log and HW update for responses of running followers."""
     sim, t = rep.sim, rep.t
     flat = t.flat
@@ -117,7 +147,7 @@ def apply_entries(rep: Replication, responses: list[FetchResponse]) -> None:
         flat.hw[f] = max(int(flat.hw[f]), min(lhw, leo))
 
 
-def advance_hw_entries(rep: Replication, ps: list[int]) -> None:
+def advance_hw_entries(rep: FetchLoop, ps: list[int]) -> None:
     """Replication.advance_hw for a few distinct partitions."""
     t = rep.t
     moved: list[tuple[int, int, int]] = []

@@ -8,7 +8,7 @@ correlated page-cache loss to explain it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -16,11 +16,42 @@ from broker_emulator.errors import InvariantViolation
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers
+    from broker_emulator.clock import EventQueue, SimClock
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.events import EventLog
+    from broker_emulator.ledger import Ledger
+    from broker_emulator.replication import Replication
+    from broker_emulator.scenario import Scenario
+    from broker_emulator.state import PartitionTable
+
+
+class InvariantsHost(Protocol):
+    """What the checkers observe of the simulation (they change nothing), and what a failure reports."""
+
+    @property
+    def scenario(self) -> Scenario: ...
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def brokers(self) -> Brokers: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def replication(self) -> Replication: ...
+    def describe(self, p: int) -> str: ...
 
 
 class Invariants:
-    def __init__(self, sim: Simulation, sample: int = 500) -> None:
+    def __init__(self, sim: InvariantsHost, sample: int = 500) -> None:
         self.sim = sim
         t = sim.table
         self.prev_hw = np.zeros(t.count, np.int64)

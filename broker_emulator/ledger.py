@@ -9,12 +9,16 @@ to the new leader, and no consumer will ever read it. Ranges that retention dele
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from broker_emulator.config import acks_label
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.clock import SimClock
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.events import EventLog
+    from broker_emulator.ports import ControllerPort
+    from broker_emulator.state import PartitionTable
 
 # Causes under which Kafka's contract allows losing acknowledged records.
 EXPLAINED_LOSS = frozenset({"unclean_election", "power_loss", "disk_loss", "truncate_to_hw", "stale_leader",
@@ -40,8 +44,28 @@ class Totals:
     lost_by: dict[str, int] = field(default_factory=dict)
 
 
+class LedgerHost(Protocol):
+    """What the ledger reads of the simulation to tell whether a loss is one Kafka's contract allows."""
+
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def controller(self) -> ControllerPort: ...
+    @property
+    def data_loss_by_broker(self) -> dict[int, str]: ...
+    @property
+    def stale_leader_writes(self) -> dict[int, bool]: ...
+    def describe(self, p: int) -> str: ...
+
+
 class Ledger:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: LedgerHost) -> None:
         self.sim = sim
         self.ranges: dict[int, list[list[int]]] = {}   # p -> [start, end, epoch, acks]
         self.interval: dict[tuple[int, int], Counters] = {}

@@ -11,16 +11,16 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from broker_emulator.state import Segment
+from broker_emulator.state import PartitionTable, Segment
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.clock import SimClock
 
 
 class Logs:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
-        self.t = sim.table
+    def __init__(self, clock: SimClock, table: PartitionTable) -> None:
+        self.clock = clock
+        self.t = table
         self.segment_bytes = np.zeros(0, np.int64)
         self.segment_ms = np.zeros(0, np.int64)
         self.flush_messages = np.zeros(0, np.int64)
@@ -47,7 +47,7 @@ class Logs:
     def append_one(self, p: int, s: int, records: int) -> None:
         """The rules of append() for one (p, s), with Python scalars: one replica needs no vector."""
         t = self.t
-        now = self.sim.clock.now_ms
+        now = self.clock.now_ms
         leo = int(t.leo[p, s])
         add = records * int(t.record_bytes[p])
         seg_bytes = int(t.seg_bytes[p, s])
@@ -64,7 +64,7 @@ class Logs:
 
         `fs` is the flat index of each (p, s) (`PartitionTable.flat_index`).
         """
-        t, flat, now = self.t, self.t.flat, self.sim.clock.now_ms
+        t, flat, now = self.t, self.t.flat, self.clock.now_ms
         add = records * t.record_bytes[ps]
         seg_bytes = flat.seg_bytes[fs]
         roll = (seg_bytes > 0) & ((seg_bytes + add > self.segment_bytes[ps])
@@ -81,7 +81,7 @@ class Logs:
             flat.last_flush_ms[fs[force]] = now
 
     def _roll(self, p: int, s: int) -> None:
-        t, now = self.t, self.sim.clock.now_ms
+        t, now = self.t, self.clock.now_ms
         base, leo = int(t.seg_base[p, s]), int(t.leo[p, s])
         t.segments[p][s].append(Segment(base, leo, int(t.seg_bytes[p, s]), int(t.seg_created_ms[p, s]), now))
         t.seg_base[p, s] = leo
@@ -91,7 +91,7 @@ class Logs:
 
     def writeback(self, running: np.ndarray) -> None:
         """Periodic: page-cache writeback of data older than the writeback period, and flush.ms."""
-        t, now = self.t, self.sim.clock.now_ms
+        t, now = self.t, self.clock.now_ms
         n = t.count
         live = running[t.replicas[:n].clip(min=0)] & (t.replicas[:n] >= 0)
         t.flushed[:n] = np.where(live, np.maximum(t.flushed[:n], t.writeback_mark[:n]), t.flushed[:n])
@@ -106,7 +106,7 @@ class Logs:
 
     def enforce_retention(self) -> list[tuple[int, int, int]]:
         """Delete closed segments past retention.ms / retention.bytes; returns (p, s, new log start)."""
-        t, now = self.t, self.sim.clock.now_ms
+        t, now = self.t, self.clock.now_ms
         changed: list[tuple[int, int, int]] = []
         for p in range(t.count):
             rms, rbytes = int(self.retention_ms[p]), int(self.retention_bytes[p])

@@ -17,11 +17,18 @@ from broker_emulator.state import NO_BROKER
 from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers
+    from broker_emulator.clock import SimClock
+    from broker_emulator.ports import ControllerPort
+    from broker_emulator.state import PartitionTable
+
 
 class Metrics:
-    def __init__(self, sim: Simulation) -> None:
-        self.sim = sim
+    def __init__(self, clock: SimClock, table: PartitionTable, brokers: Brokers, controller: ControllerPort) -> None:
+        self.clock = clock
+        self.t = table
+        self.brokers = brokers
+        self.controller = controller  # the controller's own gauges (fenced brokers) come from it
         self.counts: dict[tuple[int, str], int] = {}
         self.previous: dict[tuple[int, str], int] = {}
         self.totals: dict[str, int] = {}
@@ -43,19 +50,19 @@ class Metrics:
 
     def reset_broker(self, broker: int) -> None:
         """The broker process restarted: its in-memory meters start from zero."""
-        self.process_start_ms[broker] = self.sim.clock.now_ms
+        self.process_start_ms[broker] = self.clock.now_ms
         for m in BROKER_METERS:
             self.counts.pop((broker, m), None)
             self.previous.pop((broker, m), None)
 
     def snapshot(self, interval_ms: int) -> list[tuple[int, str, str, float, int | None]]:
         """(node, name, kind, value, count) for every reporting node, gauges first."""
-        sim, t = self.sim, self.sim.table
+        t, brokers = self.t, self.brokers
         n = t.count
         seconds = interval_ms / 1000.0
         rows: list[tuple[int, str, str, float, int | None]] = []
         reps = t.replicas[:n]
-        size = max(sim.brokers.ids) + 1
+        size = max(brokers.ids) + 1
         acting = (t.known_leader[:n] == reps) & (reps >= 0)
         rows_p, rows_s = np.nonzero(acting)
         lead_b = reps[rows_p, rows_s]
@@ -74,8 +81,8 @@ class Metrics:
         fp, fs = np.nonzero(follows)
         max_lag = np.zeros(size, np.int64)
         np.maximum.at(max_lag, reps[fp, fs], np.maximum(leader_leo[fp] - t.leo[fp, fs], 0))
-        for b in sim.brokers.ids:
-            if not sim.brokers.running(b):
+        for b in brokers.ids:
+            if not brokers.running(b):
                 continue
             gauges = {
                 "UnderReplicatedPartitions": int(under_rep[b]),
@@ -87,13 +94,13 @@ class Metrics:
             }
             rows.extend((b, k, "gauge", float(v), None) for k, v in gauges.items())
             rows.extend(self._meter_rows(b, BROKER_METERS, seconds))
-        ctl = sim.controller
-        fenced = sum(1 for b in sim.brokers.ids if ctl.fenced[b])
+        ctl = self.controller
+        fenced = sum(1 for b in brokers.ids if ctl.fenced[b])
         gauges = {
             "ActiveControllerCount": 1,
             "OfflinePartitionsCount": int((t.leader[:n] == NO_BROKER).sum()),
             "FencedBrokerCount": fenced,
-            "ActiveBrokerCount": len(sim.brokers.ids) - fenced,
+            "ActiveBrokerCount": len(brokers.ids) - fenced,
             "GlobalPartitionCount": n,
         }
         rows.extend((CONTROLLER_NODE_ID, k, "gauge", float(v), None) for k, v in gauges.items())

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from broker_emulator.config import acks_label
+from broker_emulator.summary import SummaryHost, build_summary
 from schemas.bronze import (
     ACK_LEDGER,
     BROKER_METRICS,
@@ -29,7 +30,8 @@ from schemas.kafka_metrics import CONTROLLER_NODE_ID, MBEANS, metric_name
 from schemas.table import TableDef
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.logs import Logs
 
 
 @contextmanager
@@ -52,8 +54,22 @@ class Sink(Protocol):
     def write_batch(self, batch_id: int, tables: dict[TableDef, pa.Table]) -> list[str]: ...
 
 
+class RecorderHost(SummaryHost, Protocol):
+    """What the recorder reads of the simulation: everything the summary reads, and the topics' layout."""
+
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def logs(self) -> Logs: ...
+    @property
+    def topic_names(self) -> list[str]: ...
+    @property
+    def topic_range(self) -> dict[str, tuple[int, int]]:
+        """Topic -> its [first, end) range of partition indices."""
+
+
 class Recorder:
-    def __init__(self, sim: Simulation, sink: Sink | None) -> None:
+    def __init__(self, sim: RecorderHost, sink: Sink | None) -> None:
         self.sim = sim
         self.sink = sink
         self.batch_id = 0
@@ -181,8 +197,6 @@ class Recorder:
             self._flush(final)
 
     def _flush(self, final: bool) -> None:
-        from broker_emulator.summary import build_summary
-
         sim = self.sim
         self._events()
         self._extend(RUNS, scenario=[sim.scenario.name], seed=[sim.scenario.seed], start_ts=[self._ts(0)],
@@ -202,8 +216,6 @@ class Recorder:
         self.batch_id += 1
 
     def finish(self) -> dict[str, Any]:
-        from broker_emulator.summary import build_summary
-
         if self.intervals % self.sim.scenario.flush_every_intervals != 0 or self.cols or self.batch_id == 0:
             self._ledger(self._ts())
         self.flush(final=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from random import Random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -18,7 +18,15 @@ from broker_emulator.state import NO_BROKER
 from schemas.kafka_metrics import PRODUCE_ERRORS
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers
+    from broker_emulator.clock import EventQueue, SimClock
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.events import EventLog
+    from broker_emulator.ledger import Ledger
+    from broker_emulator.logs import Logs
+    from broker_emulator.metrics import Metrics
+    from broker_emulator.ports import ReplicationPort
+    from broker_emulator.state import PartitionTable
 
 NONE = "NONE"
 NOT_LEADER_OR_FOLLOWER = "NOT_LEADER_OR_FOLLOWER"
@@ -63,8 +71,36 @@ class ProducerState:
     sticky_fill: int = 0
 
 
+class ProduceHost(Protocol):
+    """What the producers and the leader's produce path use of the simulation."""
+
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def brokers(self) -> Brokers: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def logs(self) -> Logs: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def replication(self) -> ReplicationPort: ...
+    @property
+    def client_leader(self) -> np.ndarray:
+        """Per partition: the leader as clients last heard it from metadata."""
+
+
 class Produce:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: ProduceHost) -> None:
         self.sim = sim
         self.t = sim.table
         self.producers: list[ProducerState] = []

@@ -15,7 +15,7 @@ and batches of a few entries (steady state) go to the entry-by-entry twins in `f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -31,9 +31,43 @@ from broker_emulator.fetch_session import FetchRequest, FetchResponse, SessionMe
 from broker_emulator.state import NO_BROKER
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers, Network
+    from broker_emulator.clock import EventQueue, SimClock
+    from broker_emulator.config import BrokerConfig
+    from broker_emulator.events import EventLog
+    from broker_emulator.ledger import Ledger
+    from broker_emulator.logs import Logs
+    from broker_emulator.ports import ControllerPort, ProducePort
+    from broker_emulator.state import PartitionTable
 
 I64_MAX = np.iinfo(np.int64).max
+
+
+class ReplicationHost(Protocol):
+    """What the fetch loop uses of the simulation: the cluster, the scheduler, the logs and its two peers."""
+
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def cfg(self) -> BrokerConfig: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def brokers(self) -> Brokers: ...
+    @property
+    def network(self) -> Network: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def logs(self) -> Logs: ...
+    @property
+    def controller(self) -> ControllerPort: ...
+    @property
+    def produce(self) -> ProducePort: ...
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -42,7 +76,7 @@ def sorted_unique(values: np.ndarray) -> np.ndarray:
 
 
 class Replication:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: ReplicationHost) -> None:
         self.sim = sim
         self.t = sim.table
         self.busy: dict[tuple[int, int], bool] = {}

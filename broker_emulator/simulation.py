@@ -2,6 +2,11 @@
 
 One root `Random(seed)`; every subsystem gets its own generator derived from it, so adding
 randomness in one place does not shift another's stream.
+
+This is the one module that knows every component. A component is handed the narrow pieces it uses
+(the clock, the scheduler, the partition table) or, where it calls peers built after it, sees the
+simulation through a host protocol declared beside it; the controller, the fetch loop and the produce
+path see one another through `ports`. So the emulator's modules import one another in one direction.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 from broker_emulator.brokers import Brokers, Liveness, Network
 from broker_emulator.clock import EventQueue, SimClock
 from broker_emulator.config import BrokerConfig
+from broker_emulator.consumers import Consumers
 from broker_emulator.controller import Controller
 from broker_emulator.errors import InvalidReplicationFactor, InvariantViolation
 from broker_emulator.events import EventLog
@@ -50,14 +56,14 @@ class Simulation:
         self.table = PartitionTable(capacity, max(t.replication_factor for t in scenario.topics))
         self.topic_names = [t.name for t in scenario.topics]
         self.topic_range: dict[str, tuple[int, int]] = {}
-        self.events = EventLog(self)
-        self.brokers = Brokers(self)
+        self.events = EventLog(self.clock, self.table, self.topic_names)
+        self.brokers = Brokers(scenario.cluster.brokers, self.queue)
         self.network = Network()
-        self.metrics = Metrics(self)
+        self.controller = Controller(self)  # before the metrics, which report its fencing
+        self.metrics = Metrics(self.clock, self.table, self.brokers, self.controller)
         self.ledger = Ledger(self)
-        self.logs = Logs(self)
+        self.logs = Logs(self.clock, self.table)
         self.logs.resize(capacity)
-        self.controller = Controller(self)
         self.replication = Replication(self)
         self.produce = Produce(self)
         self.client_leader = np.full(capacity, NO_BROKER, np.int32)
@@ -68,9 +74,7 @@ class Simulation:
         if scenario.swarm is not None:
             self.faults += scenario.swarm.generate(self.rng_faults, tuple(self.brokers.ids))
         self._create_topics()
-        from broker_emulator.consumers import Consumers
-
-        self.consumers = Consumers(self)
+        self.consumers = Consumers(scenario.consumers, self.topic_range, self.table, self.brokers, self.events)
         self.invariants = Invariants(self)
         self.recorder = Recorder(self, sink)
         self._schedule_initial()

@@ -2,13 +2,48 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from broker_emulator.simulation import Simulation
+    from broker_emulator.brokers import Brokers
+    from broker_emulator.clock import EventQueue, SimClock
+    from broker_emulator.consumers import Consumers
+    from broker_emulator.events import EventLog
+    from broker_emulator.invariants import Invariants
+    from broker_emulator.ledger import Ledger
+    from broker_emulator.metrics import Metrics
+    from broker_emulator.scenario import Scenario
+    from broker_emulator.state import PartitionTable
 
 
-def build_summary(sim: Simulation) -> dict[str, Any]:
+class SummaryHost(Protocol):
+    """What the summary reads of a run: its totals, counts and sizes."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def scenario(self) -> Scenario: ...
+    @property
+    def clock(self) -> SimClock: ...
+    @property
+    def queue(self) -> EventQueue: ...
+    @property
+    def table(self) -> PartitionTable: ...
+    @property
+    def brokers(self) -> Brokers: ...
+    @property
+    def events(self) -> EventLog: ...
+    @property
+    def ledger(self) -> Ledger: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def consumers(self) -> Consumers: ...
+    @property
+    def invariants(self) -> Invariants: ...
+
+
+def build_summary(sim: SummaryHost) -> dict[str, Any]:
     tot = sim.ledger.totals
     counts = sim.events.counts
     elections: dict[str, int] = {}
