@@ -233,7 +233,7 @@ def _shift(td: TableDef, t: pa.Table, s: _Shifts, k: int, last_copy: bool) -> pa
 
 
 def replicate(window_lake: Path, lake: Path, copies: int, window_s: int, log: Callable[[str], None]) -> None:
-    from broker_emulator.delta_sink import DeltaSink
+    from foundation.bronze_sink import DeltaSink
 
     window = {td.name: _read(window_lake, td) for td in BRONZE_TABLES}
     shifts = _Shifts(window, window_s)

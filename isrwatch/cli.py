@@ -9,9 +9,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from broker_emulator.delta_sink import SinkSchemaError
 from broker_emulator.errors import InvariantViolation, ScenarioError
 from broker_emulator.scenario import load_scenario, parse_duration_ms
+from foundation.bronze_sink import SinkSchemaError
 
 
 def _pace(value: str) -> float | None:
@@ -103,7 +103,7 @@ def _emulate(args: argparse.Namespace) -> int:
         return 2
     sink = None
     if not args.no_lakehouse:
-        from broker_emulator.delta_sink import DeltaSink
+        from foundation.bronze_sink import DeltaSink
 
         sink = DeltaSink(args.lakehouse, f"{scenario.name}-s{scenario.seed}")
     if args.pace is not None:

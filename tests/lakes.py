@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import load_scenario, parse_scenario
 from broker_emulator.simulation import Simulation
+from foundation.bronze_sink import DeltaSink
 from foundation.settings import load_settings
 from jobs.posture import start_posture
 from jobs.slo import start_slo

@@ -7,9 +7,9 @@ import os
 import pytest
 from deltalake import DeltaTable
 
-from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
+from foundation.bronze_sink import DeltaSink
 from schemas.bronze import BRONZE_TABLES, PARTITION_STATE, RUNS
 from schemas.spark import to_spark_schema
 
@@ -82,7 +82,7 @@ def test_an_existing_table_with_other_columns_is_refused_and_kept(lakehouse: str
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    from broker_emulator.delta_sink import SinkSchemaError
+    from foundation.bronze_sink import SinkSchemaError
     from schemas.bronze import BROKER_METRICS
 
     old = pa.table({"run_id": ["old"], "batch_id": [0]})

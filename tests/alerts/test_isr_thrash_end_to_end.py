@@ -15,9 +15,9 @@ from typing import Any
 import pyarrow.compute as pc
 import yaml
 
-from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import load_scenario
 from broker_emulator.simulation import Simulation
+from foundation.bronze_sink import DeltaSink
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import read_rows
 from pipelines.alert_truth import score, thrash_episodes

@@ -7,9 +7,9 @@ from typing import Any
 import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 
-from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
+from foundation.bronze_sink import DeltaSink
 from schemas.table import TableDef
 
 RUN_ID = "pipeline-test-s5"

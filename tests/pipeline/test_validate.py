@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from broker_emulator.delta_sink import DeltaSink
 from broker_emulator.scenario import load_scenario
 from broker_emulator.simulation import Simulation
+from foundation.bronze_sink import DeltaSink
 from foundation.settings import load_settings
 from jobs.delta_tables import SchemaDriftError
 from jobs.validate import start_validation

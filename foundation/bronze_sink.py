@@ -1,6 +1,7 @@
-"""Writes the emulator's batches to bronze Delta tables with delta-rs, idempotently.
+"""Writes a bronze writer's batches (the emulator's, the collector's) to bronze Delta tables with delta-rs,
+idempotently.
 
-Each append records an app transaction (app id `isrwatch-emulator/<run_id>`, version = batch id).
+Each append records an app transaction (app id `isrwatch-<writer>/<run_id>`, version = batch id).
 delta-rs records app transactions but does not enforce them, so the sink reads the table's recorded
 version first and skips a batch it has already written: a restarted run never duplicates rows.
 """
@@ -31,13 +32,13 @@ class DeltaSink:
     the compacted-away files older than `vacuum_retention_hours`.
     """
 
-    def __init__(self, lakehouse: str, run_id: str, *, maintain_every: int = 600,
+    def __init__(self, lakehouse: str, run_id: str, *, writer: str = "emulator", maintain_every: int = 600,
                  vacuum_retention_hours: int = 24) -> None:
         if maintain_every < 1:
             raise ValueError(f"maintain_every must be >= 1, got {maintain_every}")
         self.lakehouse = lakehouse
         self.run_id = run_id
-        self.app_id = f"isrwatch-emulator/{run_id}"
+        self.app_id = f"isrwatch-{writer}/{run_id}"
         self.maintain_every = maintain_every
         self.vacuum_retention_hours = vacuum_retention_hours
         self.batches_written = 0
