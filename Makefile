@@ -9,13 +9,15 @@ export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
 .PHONY: demo test test-all lint bench jars venv chromium plotly-bundle clean
 
+# pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
+# folders named like a package may shadow it, is printed in the middle of `make demo`).
 venv: $(STAMPS)/venv
 $(STAMPS)/venv: pyproject.toml
 	@mkdir -p $(STAMPS)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Python packages into $(VENV) (first run only)"
 	@$(PY) -m pip install -q --upgrade pip
-	@$(PY) -m pip install -q -e '.[dev]'
+	@$(PY) -m pip install -qq -e '.[dev]'
 	@touch $@
 
 jars: $(STAMPS)/jars

@@ -1,14 +1,36 @@
-"""The one place that builds a SparkSession: Delta Lake from the locally fetched jars, quiet, local."""
+"""The one place that builds a SparkSession: Delta Lake from the locally fetched jars, quiet, local.
+
+Quiet: a driver JVM started here logs with conf/log4j2.properties (errors only) from its first line, a
+local driver binds to 127.0.0.1 (no 'hostname resolves to a loopback address' warning), and py4j's and Great
+Expectations' Python loggers show errors only. `verbose=True` keeps Spark's and the libraries' own logging.
+The user's own logging configuration always wins (see `user_log4j_config`); under spark-submit the JVM was
+started before any of this runs, so only the log level of a driver on Spark's default profile is lowered.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import re
 import sys
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-JARS_DIR = Path(__file__).resolve().parent.parent / "jvm" / "jars"
+ROOT = Path(__file__).resolve().parent.parent
+JARS_DIR = ROOT / "jvm" / "jars"
+LOG4J2_CONFIG = ROOT / "conf" / "log4j2.properties"
+
+# Python loggers of the libraries a Spark run goes through: errors only unless verbose.
+QUIET_PYTHON_LOGGERS = ("py4j", "great_expectations")
+# A log4j configuration named on a JVM command line (log4j 2's two property names, log4j 1's).
+_LOG4J_OPTION = re.compile(r"-Dlog4j2?\.configurationFile=|-Dlog4j\.configuration=")
+# What the JDK prints at start-up for the `--add-modules=jdk.incubator.vector` that Spark's launcher adds to
+# every driver command after the user's options (JavaModuleOptions); no JVM option turns it off.
+_INCUBATOR_WARNING = b"WARNING: Using incubator modules: jdk.incubator.vector"
 
 
 def delta_jars() -> list[str]:
@@ -23,11 +45,142 @@ def launched_by_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def _spark_conf_dir(environ: Mapping[str, str]) -> Path | None:
+    """The folder spark-submit puts on the driver's class path (where log4j 2 would find a log4j2.properties)."""
+    if environ.get("SPARK_CONF_DIR"):
+        return Path(environ["SPARK_CONF_DIR"])
+    try:
+        from pyspark.find_spark_home import _find_spark_home
+
+        return Path(_find_spark_home()) / "conf"
+    except Exception:  # no Spark home found: pyspark's own launch would fail the same way
+        return None
+
+
+def user_log4j_config(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> str | None:
+    """Where the user configured the driver's log4j themselves (theirs then wins over ours), else None."""
+    for key in ("spark.driver.extraJavaOptions", "spark.driver.defaultJavaOptions"):
+        if _LOG4J_OPTION.search(settings.get(key, "")):
+            return key
+    for var in ("PYSPARK_SUBMIT_ARGS", "SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):
+        if _LOG4J_OPTION.search(environ.get(var, "")):
+            return var
+    if environ.get("LOG4J_CONFIGURATION_FILE"):
+        return "LOG4J_CONFIGURATION_FILE"
+    conf_dir = _spark_conf_dir(environ)
+    if conf_dir is not None and conf_dir.is_dir():
+        found = sorted(p for p in conf_dir.glob("log4j2*") if p.suffix in (".properties", ".xml", ".json", ".yaml",
+                                                                             ".yml"))
+        if found:
+            return str(found[0])
+    return None
+
+
+def with_quiet_log4j(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """The settings of a driver JVM this process starts, with conf/log4j2.properties prepended to
+    `spark.driver.defaultJavaOptions` (a -D in the user's extraJavaOptions or --driver-java-options comes later
+    on the java command line and wins); unchanged when the user configured log4j some other way."""
+    settings = dict(settings)
+    if user_log4j_config(settings, environ) is None:
+        option = f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"
+        if " " in option:
+            option = f'"{option}"'
+        theirs = settings.get("spark.driver.defaultJavaOptions", "")
+        settings["spark.driver.defaultJavaOptions"] = f"{option} {theirs}".strip()
+    return settings
+
+
+def local_driver_env(settings: Mapping[str, str], environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """SPARK_LOCAL_IP=127.0.0.1 for a local master's driver (it serves only this machine; and no warning that
+    the hostname resolves to a loopback address), unless the user chose the driver's address."""
+    chosen = any(environ.get(v) for v in ("SPARK_LOCAL_IP", "SPARK_LOCAL_HOSTNAME")) or any(
+        k in settings for k in ("spark.driver.host", "spark.driver.bindAddress"))
+    return {} if chosen or not settings.get("spark.master", "").startswith("local") else {"SPARK_LOCAL_IP": "127.0.0.1"}
+
+
+def quiet_python_loggers(verbose: bool) -> None:
+    """py4j's and Great Expectations' loggers: errors only, or (verbose) warnings too, like Spark's default,
+    each line naming its logger (INFO would add hundreds of Great Expectations' start-up lines)."""
+    if verbose:
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for name in QUIET_PYTHON_LOGGERS:
+            logging.getLogger(name).setLevel(logging.NOTSET)
+    else:
+        for name in QUIET_PYTHON_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def _forward_stderr(read_fd: int) -> None:
+    """The driver JVM's stderr, passed on to ours line by line, but for the JDK's incubator-module warning
+    among its first lines (printed before any of the JVM's own configuration applies). Reads to the end even
+    when our stderr is gone, so the JVM never blocks on a full pipe."""
+    ours_open = True
+    with os.fdopen(read_fd, "rb") as pipe:
+        for n, line in enumerate(pipe):
+            if not ours_open or (n < 5 and line.rstrip() == _INCUBATOR_WARNING):
+                continue
+            try:
+                while line:
+                    line = line[os.write(2, line):]
+            except OSError:  # e.g. a closed pipe: what the JVM would have got writing there itself
+                ours_open = False
+
+
+@contextmanager
+def _environment(extra: Mapping[str, str]) -> Iterator[None]:
+    before = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _launch_jvm(settings: Mapping[str, str], env: Mapping[str, str], *, quiet: bool) -> None:
+    """Start the driver JVM as pyspark does (spark-submit with `settings` as its --conf), with `env` added and,
+    when quiet, its stderr forwarded by `_forward_stderr`; the SparkContext built next uses this gateway."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    conf = SparkConf()
+    for key, value in settings.items():
+        conf.set(key, value)
+    if not quiet:
+        with _environment(env):
+            SparkContext._ensure_initialized(gateway=launch_gateway(conf))
+        return
+    read_fd, write_fd = os.pipe()
+    threading.Thread(target=_forward_stderr, args=(read_fd,), name="driver-jvm-stderr", daemon=True).start()
+    try:
+        with _environment(env):
+            gateway = launch_gateway(conf, popen_kwargs={"stderr": write_fd})
+    finally:
+        os.close(write_fd)  # the JVM has its own copy: the forwarder ends when the JVM does
+    SparkContext._ensure_initialized(gateway=gateway)
+
+
+def _spark_default_logging(spark: SparkSession) -> bool:
+    """True when the driver logs with Spark's default profile or ours (not a configuration of the user's)."""
+    try:
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        source = jvm.org.apache.logging.log4j.LogManager.getContext(False).getConfiguration().getConfigurationSource()
+        location = str(source.getLocation() or source.getURL() or "")
+    except Exception:  # not log4j 2's core underneath: leave the level alone
+        return False
+    return location.endswith(("log4j2-defaults.properties", "log4j2-json-layout.properties", str(LOG4J2_CONFIG)))
+
+
 def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[str, str] | None = None,
-                        ui: bool = False) -> SparkSession:
-    """A SparkSession with Delta configured; `conf` overrides every default."""
+                        ui: bool = False, verbose: bool = False) -> SparkSession:
+    """A SparkSession with Delta configured; `conf` overrides every default. Quiet unless `verbose`."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    quiet_python_loggers(verbose)
     settings = {
         "spark.jars": ",".join(delta_jars()),
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -56,24 +209,33 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     }
     settings.update(conf or {})
-    builder = SparkSession.builder.appName(app_name)
+    from pyspark import SparkConf, SparkContext
+
     if launched_by_spark_submit():
         # spark-submit already chose the master and the jars; its --conf settings win over ours.
-        from pyspark import SparkConf, SparkContext
-
         SparkContext._ensure_initialized()
         submitted = SparkConf()
         if "delta-spark" not in submitted.get("spark.jars", ""):
             raise RuntimeError("spark-submit needs the Delta jars: add --jars \"$(ls jvm/jars/*.jar | paste -sd,)\"")
         settings = {k: v for k, v in settings.items() if k != "spark.jars" and not submitted.contains(k)}
-    elif master is not None:
-        builder = builder.master(master)
-    elif "spark.master" not in settings and not os.environ.get("SPARK_MASTER"):
-        builder = builder.master("local[*]")
+        user_level = submitted.contains("spark.log.level")
+    else:
+        if master is not None:
+            settings["spark.master"] = master
+        elif "spark.master" not in settings and not os.environ.get("SPARK_MASTER"):
+            settings["spark.master"] = "local[*]"
+        if SparkContext._gateway is None:  # no driver JVM yet: this process starts it
+            env = local_driver_env(settings)
+            if not verbose:
+                settings = with_quiet_log4j(settings)
+            _launch_jvm({**settings, "spark.app.name": app_name}, env, quiet=not verbose)
+        user_level = "spark.log.level" in settings
+    builder = SparkSession.builder.appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    if not verbose and not user_level and _spark_default_logging(spark):
+        spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 

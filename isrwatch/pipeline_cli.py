@@ -34,6 +34,8 @@ def add_pipeline_parser(sub: Any) -> None:
                      help="live: stop once every query has caught up and no table it reads changed for SECONDS")
     run.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
     run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
+    run.add_argument("--verbose", action="store_true",
+                     help="show Spark's and the JVM's own log lines (Spark's default: WARN and up) and py4j's")
 
 
 def _reservoir_version(offset: Any) -> int | None:
@@ -171,7 +173,7 @@ def main_pipeline(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
-    spark = build_spark_session("isrwatch-pipeline", conf=settings.spark)
+    spark = build_spark_session("isrwatch-pipeline", conf=settings.spark, verbose=args.verbose)
     try:
         running, dispatcher = start_jobs(spark, settings, jobs)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:

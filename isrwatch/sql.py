@@ -120,6 +120,9 @@ def add_sql_parser(sub: Any) -> None:
     p.add_argument("--format", choices=["table", "csv", "json"], default="table", help="output format")
     p.add_argument("--max-rows", type=int, default=1000, help="rows printed at most (0: all)")
     p.add_argument("--print-init", action="store_true", help="print the CREATE statements for spark-sql -i")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Spark's and the JVM's own log lines (Spark's default: WARN and up), py4j's, and Spark's "
+                        "log of a rejected statement")
 
 
 def _execute(spark: Any, statement: str, args: argparse.Namespace, out: TextIO) -> bool:
@@ -166,11 +169,12 @@ def main_sql(args: argparse.Namespace) -> int:
         print(f"isrwatch sql: lakehouse {root!r} does not exist (run `isrwatch emulate` first)", file=sys.stderr)
         return 2
     spark = build_spark_session("isrwatch-sql", conf={"spark.sql.warehouse.dir": tempfile.mkdtemp(
-        prefix="isrwatch-warehouse-")})
-    # Spark logs every rejected statement at ERROR with a stack trace; we print its message on one line.
-    spark.sparkContext.setLogLevel("OFF")
-    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # pyspark's own copy, as JSON
-        logging.getLogger(name).disabled = True
+        prefix="isrwatch-warehouse-")}, verbose=args.verbose)
+    if not args.verbose:
+        # Spark logs every rejected statement at ERROR with a stack trace; we print its message on one line.
+        spark.sparkContext.setLogLevel("OFF")
+        for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):  # pyspark's own copy, as JSON
+            logging.getLogger(name).disabled = True
     tables = register_tables(spark, root)
     if args.print_init:
         print(";\n".join(init_sql(tables)) + ";")

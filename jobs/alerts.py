@@ -241,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, AlertConfigError) as e:
         print(f"alerts: {e}", file=sys.stderr)
         return 2
-    spark = build_spark_session("isrwatch-alerts", conf=settings.spark)
+    spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose)
     try:
         running = start_alerts(spark, settings, config)
     except FileNotFoundError as e:

@@ -139,7 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def load() -> tuple[PipelineSettings, None]:
         return load_job_settings(args, "posture", {"posture.failure_probability": args.failure_probability}), None
 
-    return run_job("posture", load, (SettingsError,), lambda spark, settings, _: start_posture(spark, settings))
+    return run_job("posture", load, (SettingsError,), lambda spark, settings, _: start_posture(spark, settings),
+                   verbose=args.verbose)
 
 
 if __name__ == "__main__":

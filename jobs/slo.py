@@ -166,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_job_settings(args, "slo", {"slo.specs": args.slos})
         return settings, load_slos(settings.slo.specs)
 
-    return run_job("slo", load, (SettingsError, SloConfigError), start_slo)
+    return run_job("slo", load, (SettingsError, SloConfigError), start_slo, verbose=args.verbose)
 
 
 if __name__ == "__main__":

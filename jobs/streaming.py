@@ -48,6 +48,8 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
     p.add_argument("--max-files-per-trigger", type=int, default=None, help="cap a micro-batch at N files per table")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Spark's and the JVM's own log lines (Spark's default: WARN and up) and py4j's")
 
 
 def load_job_settings(args: argparse.Namespace, section: str, extra: dict[str, Any] | None = None) -> PipelineSettings:
@@ -85,9 +87,10 @@ def start_query(stream: DataFrame, name: str, evaluator: Evaluator, job: GoldJob
 
 
 def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tuple[type[Exception], ...],
-            start: Callable[[SparkSession, PipelineSettings, T], tuple[StreamingQuery, Any]]) -> int:
-    """A gold job's main: settings (exit 2 on `errors`), the session, the query (exit 2 when its tables are
-    missing), then wait and print the evaluator's stats."""
+            start: Callable[[SparkSession, PipelineSettings, T], tuple[StreamingQuery, Any]], *,
+            verbose: bool = False) -> int:
+    """A gold job's main: settings (exit 2 on `errors`), the session (quiet unless `verbose`), the query (exit 2
+    when its tables are missing), then wait and print the evaluator's stats."""
     from foundation.spark import build_spark_session
 
     try:
@@ -95,7 +98,7 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
     except errors as e:
         print(f"{job}: {e}", file=sys.stderr)
         return 2
-    spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark)
+    spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose)
     try:
         query, evaluator = start(spark, settings, extra)
     except FileNotFoundError as e:

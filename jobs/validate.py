@@ -344,6 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="Spark setting for a session this job builds (repeatable)")
+    p.add_argument("--verbose", action="store_true",
+                   help="show Spark's and the JVM's own log lines (Spark's default: WARN and up) and py4j's")
     return p
 
 
@@ -369,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(f"validate: {e}", file=sys.stderr)
         return 2
-    spark = build_spark_session("isrwatch-validate", conf=settings.spark)
+    spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose)
     try:
         running = start_validation(spark, settings)
     except (SchemaDriftError, FileNotFoundError) as e:

@@ -1,10 +1,12 @@
 """Exactly once: validate is SIGKILLed mid-stream (a real subprocess), restarted from its checkpoint, and
 silver and quarantine end up equal to bronze's valid and invalid rows, row for row. Also: the job runs under
-pyspark's own spark-submit."""
+pyspark's own spark-submit. And on these runs: quiet by default (the job's own lines only), Spark's log with
+--verbose."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from foundation.spark import delta_jars
+from foundation.spark import LOG4J2_CONFIG, delta_jars
 from schemas.bronze import BROKER_METRICS, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from tests.pipeline.helpers import append, emulate, key_of, rows
@@ -55,10 +57,23 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def _validate_cmd(lake: Path) -> list[str]:
+def _validate_cmd(lake: Path, *extra: str) -> list[str]:
     return [sys.executable, str(JOB), "--lakehouse", str(lake), "--tables", "broker_metrics",
             "--conf", "spark.sql.shuffle.partitions=2",
-            "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0"]
+            "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0", *extra]
+
+
+# What Spark and the JVM print at start-up and during a run that needs nobody's action: the log lines of
+# Spark's default profile below ERROR, and the lines printed before or beside it.
+NOISE = re.compile(r"^\d\d/\d\d/\d\d \d\d:\d\d:\d\d (WARN|INFO|DEBUG) |NativeCodeLoader|resolves to a loopback address|"
+                   r"Using Spark's default log4j profile|Setting default log level|To adjust logging level|"
+                   r"Using incubator modules|^WARNING: ", re.MULTILINE)
+
+
+def _assert_quiet(output: str, own: str, allow: tuple[str, ...] = ()) -> None:
+    assert own in output, output[-3000:]
+    noise = [m.group(0) for m in NOISE.finditer(output) if m.group(0) not in allow]
+    assert not noise, output[-3000:]
 
 
 def _table(td: Any, lake: Path) -> list[dict[str, Any]]:
@@ -69,6 +84,7 @@ def _restart_and_check(lake: Path, invalid: int = 0) -> None:
     restarted = subprocess.run(_validate_cmd(lake), env=_env(), cwd=ROOT, capture_output=True, text=True,
                                timeout=600)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
+    _assert_quiet(restarted.stdout + restarted.stderr, "validate: broker_metrics: ")
     _assert_silver_is_bronze(lake, invalid)
 
 
@@ -100,10 +116,11 @@ def _assert_silver_is_bronze(lake: Path, invalid: int) -> None:
     assert sum(d["rows_quarantined"] for d in dq) == invalid
 
 
-def _kill_at(lake: Path, kill_at: str) -> None:
-    killed = subprocess.run(_validate_cmd(lake), env=_env(ISRWATCH_KILL_AT=kill_at), cwd=ROOT,
+def _kill_at(lake: Path, kill_at: str, *extra: str) -> str:
+    killed = subprocess.run(_validate_cmd(lake, *extra), env=_env(ISRWATCH_KILL_AT=kill_at), cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    return killed.stderr
 
 
 def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path) -> None:
@@ -112,7 +129,9 @@ def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path,
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_with_bad_rows, lake)
     # Batch 1's silver committed; its quarantine, dq record and Spark's commit not: the replay skips silver.
-    _kill_at(lake, "broker_metrics:1:after_silver")
+    # With --verbose: Spark's own default logging.
+    err = _kill_at(lake, "broker_metrics:1:after_silver", "--verbose")
+    assert "Using Spark's default log4j profile" in err and "validate: one query over 1 tables" in err, err[-3000:]
     assert [d["validate_batch_id"] for d in _table(DQ_RUNS, lake)] == [0]
     # Batches 1 and 2 all written, batch 2 not committed by Spark: the replay of batch 2 writes nothing.
     _kill_at(lake, "broker_metrics:2:after_dq")
@@ -149,7 +168,11 @@ def test_runs_under_the_spark_submit_script_shipped_with_pyspark(bronze_template
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_template, lake)
     spark_submit = Path(sys.executable).parent / "spark-submit"
+    # spark-submit's --driver-java-options are the user's: given conf/log4j2.properties there, the run is as
+    # quiet as when isrwatch starts the JVM itself, but for the JDK's incubator warning (which only isrwatch's
+    # own launch drops).
     cmd = [str(spark_submit), "--master", "local[2]", "--jars", ",".join(delta_jars()),
+           "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
            "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
            "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
            "--conf", "spark.sql.shuffle.partitions=2",
@@ -161,5 +184,7 @@ def test_runs_under_the_spark_submit_script_shipped_with_pyspark(bronze_template
     # spark-submit forwards the Python driver's stdout and stderr to its own stdout
     summary = [line for line in (done.stdout + done.stderr).splitlines() if line.startswith("validate:")]
     assert f"validate: runs: {n_runs} rows in, {n_runs} to silver, 0 quarantined" in summary, summary
+    _assert_quiet(done.stdout + done.stderr, "validate: runs: ",
+                  allow=("WARNING: ", "Using incubator modules"))
     for td in (RUNS, TOPIC_CONFIGS):
         assert len(_table(SILVER_TABLES[td.name], lake)) == len(rows(td, str(lake))) > 0
