@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo test test-all lint bench jars venv chromium plotly-bundle clean
+.PHONY: demo test test-all lint bench jars kafka-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -26,6 +26,16 @@ $(STAMPS)/jars: jvm/pom.xml
 	@echo "fetching the Delta Lake jars with Maven into jvm/jars (first run only)"
 	@rm -rf jvm/jars
 	@mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=jars -DincludeGroupIds=io.delta
+	@touch $@
+
+# A real Apache Kafka (broker, storage tool, log4j2) and the Prometheus JMX exporter agent for the collector's
+# tests (kafka_fixture/), fetched like the Delta jars; only the targets that start a broker need them.
+kafka-jars: $(STAMPS)/kafka-jars
+$(STAMPS)/kafka-jars: jvm/kafka/pom.xml
+	@mkdir -p $(STAMPS)
+	@echo "fetching Apache Kafka and the JMX exporter with Maven into jvm/kafka/jars (first run only)"
+	@rm -rf jvm/kafka/jars
+	@mvn -q -B -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
 	@touch $@
 
 # The dashboards load a plotly.js built for them: plotly.js's core (scatter, cartesian axes) with bar and
@@ -96,13 +106,13 @@ demo: venv jars $(PLOTLY_BUNDLE)
 	  else kill $$server; wait $$server 2>/dev/null; echo "isrwatch demo: done (not a terminal, so the server" \
 	    "stopped; '.venv/bin/isrwatch serve' serves the dashboards again)"; fi
 
-test: venv jars chromium $(PLOTLY_BUNDLE)
+test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m pytest -q
 
-test-all: venv jars chromium $(PLOTLY_BUNDLE)
+test-all: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(PY) -m pytest -q -m "slow or not slow"
 
 lint: venv

@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
     from isrwatch.serve_cli import add_serve_parsers
 
     add_serve_parsers(sub)
+    from isrwatch.collect_cli import add_collect_parser
+
+    add_collect_parser(sub)
     return parser
 
 
@@ -85,6 +88,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isrwatch.serve_cli import main_dashboards
 
         return main_dashboards(args)
+    if args.command == "collect":
+        from isrwatch.collect_cli import main_collect
+
+        return main_collect(args)
     if args.command == "webhook-receiver":
         from isrwatch.webhook_receiver import main_receiver
 

@@ -151,7 +151,7 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
     Source("ack_ledger", "ack_ledger", "partition", {
         "records_sent": "records sent in the interval", "records_acked": "records acknowledged",
         "records_failed": "records answered with an error",
-        "records_lost": "acknowledged records found lost (emulator ground truth)",
+        "records_lost": "acknowledged records found lost (ground truth: the emulator's ledger, or the canary)",
         "acks_all_acked": "records acknowledged to acks=all producers"}, shape_ack_ledger),
     Source("cluster_events", "cluster_events", "partition", EVENT_COUNT_COLUMNS, shape_cluster_events),
     Source("posture", "posture_history", "topic", _POSTURE_COLUMNS, selecting("topic", *_POSTURE_COLUMNS),

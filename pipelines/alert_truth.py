@@ -1,7 +1,7 @@
 """Alerts scored against the emulator's ground truth, per failure class: recall, precision, detection delay.
 
-The truth is read from bronze (partition_state and the ack ledger, which no real cluster can report) and cut
-into episodes; the alerts are the firing intervals in gold.alert_events. Pure pandas: bench/alert_quality.py
+The truth is read from bronze (partition_state and the emulator's ack ledger, which covers every record) and
+cut into episodes; the alerts are the firing intervals in gold.alert_events. Pure pandas: bench/alert_quality.py
 reads the tables and calls `episodes` and `score`.
 """
 

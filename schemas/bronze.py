@@ -177,12 +177,14 @@ _schema, _docs = columns(
     ("records_failed", pa.int64(), False, "records answered with an error in this interval"),
     ("records_lost", pa.int64(), False, "previously acknowledged records found lost in this interval"),
     ("lost_by_event_seq", pa.int64(), True, "cluster_events.seq of the event that lost them"),
-    ("lost_by", pa.string(), True, "what lost them: unclean_election, power_loss, truncate_to_hw, …"),
+    ("lost_by", pa.string(), True, "what lost them: unclean_election, power_loss, truncate_to_hw, …; from the "
+     "canary also elr_election, truncation or unattributed"),
 )
 ACK_LEDGER = TableDef(
     "bronze", "ack_ledger", _schema, ("run_id", "ts", "topic", "partition", "acks"),
     "Ground truth: per partition, interval and acks level, records acknowledged and acknowledged "
-    "records later lost (no real cluster can report this).",
+    "records later lost: the emulator's ledger, or on a real cluster the collector's canary (which counts its own "
+    "records only).",
     _docs,
     expectations=(
         *_required(_schema), between("batch_id", 0), between("partition", 0), in_set("acks", ACKS_LEVELS),

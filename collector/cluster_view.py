@@ -1,0 +1,347 @@
+"""What a Kafka cluster says about itself in one collection interval, asked broker by broker.
+
+Per interval: a Metadata request to every broker (the first to answer, lowest id first, gives the partition
+view; the others' answers say they are alive), DescribeTopicPartitions to that broker for the eligible
+leader replicas when ELR is on (Metadata does not carry them), ListOffsets to each leader for its
+partitions' high watermarks, and ListOffsets as a debugging replica (replica id -2) to every broker for the
+log end offset of each replica it hosts: Kafka answers that one from a follower's own log too, with the log
+end offset rather than the high watermark. The requests grow with brokers, not partitions. Topic configs
+(DescribeConfigs), the cluster's finalized features (ApiVersions) and the leaders' log start offsets are
+read at start, when a topic appears, and every `config_every` intervals.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka.protocol.admin.configs import DescribeConfigsRequest, DescribeConfigsResponse
+from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
+from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
+
+from collector.kafka_wire import BrokerConnection, BrokerUnavailable, PreEncoded
+
+METADATA_VERSION = 12
+LIST_OFFSETS_VERSION = 8
+DESCRIBE_CONFIGS_VERSION = 4
+API_VERSIONS_VERSION = 3
+LATEST_OFFSET = -1
+EARLIEST_OFFSET = -2
+CONSUMER_REPLICA_ID = -1     # answered by the leader only: LATEST is the high watermark
+DEBUGGING_REPLICA_ID = -2    # answered by any replica from its own log: LATEST is its log end offset
+TOPIC_RESOURCE = 2
+ELR_FEATURE = "eligible.leader.replicas.version"
+# The topic settings bronze.topic_configs records; DescribeConfigs gives each one's effective value
+# (the topic's own, else the broker's, else Kafka's default).
+TOPIC_CONFIG_KEYS = ("min.insync.replicas", "unclean.leader.election.enable", "segment.bytes", "retention.ms",
+                     "flush.messages")
+
+TopicPartition = tuple[str, int]
+
+
+class CollectorError(Exception):
+    """The cluster cannot be read at all (no broker answers, or an address is wrong)."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    topic: str
+    partition: int
+    leader: int                      # -1 when offline
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    elr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Broker:
+    node_id: int
+    address: str
+    rack: str | None
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    partitions: int
+    replication_factor: int
+    min_insync_replicas: int
+    unclean_leader_election_enable: bool
+    segment_bytes: int
+    retention_ms: int
+    flush_messages: int
+
+
+@dataclass
+class ClusterView:
+    ts_ms: int
+    cluster_id: str
+    brokers: dict[int, Broker]                 # registered brokers the metadata lists (fenced ones are not)
+    not_answering: dict[int, str]              # node id -> why its Metadata request failed
+    partitions: dict[TopicPartition, Partition]
+    high_watermarks: dict[TopicPartition, int]  # only partitions whose leader answered ListOffsets
+    log_end_offsets: dict[TopicPartition, dict[int, int]]   # replica (broker id) -> its LEO, where it answered
+    log_start_offsets: dict[TopicPartition, int]            # the leader's, when read this interval
+    elr_enabled: bool
+    step_ms: dict[str, float] = field(default_factory=dict)
+
+
+class ClusterReader:
+    """Reads the cluster every interval through one connection per broker, each request under `timeout_s`."""
+
+    def __init__(self, bootstrap_servers: Iterable[str], *, timeout_s: float = 0.5, config_every: int = 30) -> None:
+        self.bootstrap = [a.strip() for a in bootstrap_servers if a.strip()]
+        if not self.bootstrap:
+            raise CollectorError("no bootstrap server given: pass --bootstrap-servers HOST:PORT[,HOST:PORT…]")
+        for address in self.bootstrap:
+            host, _, port = address.rpartition(":")
+            if not host or not port.isdigit():
+                raise CollectorError(f"bootstrap server {address!r} is not HOST:PORT")
+        self.timeout_s = timeout_s
+        self.config_every = config_every
+        self.connections: dict[int, BrokerConnection] = {}
+        self.addresses: dict[int, str] = {}
+        self.cluster_id = ""
+        self.topic_configs: dict[str, TopicConfig] = {}
+        self.elr_enabled = False
+        self._reads = 0
+        self.log_start_offsets: dict[TopicPartition, int] = {}
+        self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="isrwatch-collect")
+        self._offset_requests: dict[tuple[int, int, int], tuple[list[TopicPartition], PreEncoded]] = {}
+
+    def close(self) -> None:
+        for conn in self.connections.values():
+            conn.close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- start -------------------------------------------------------------------------------------
+
+    def connect(self) -> None:
+        """Learn the brokers from the first bootstrap address that answers; a clear error if none does."""
+        errors: list[str] = []
+        for address in self.bootstrap:
+            conn = BrokerConnection(address, self.timeout_s * 4)
+            try:
+                meta = conn.request(MetadataRequest(topics=[], allow_auto_topic_creation=False),
+                                    MetadataResponse, METADATA_VERSION)
+            except BrokerUnavailable as e:
+                errors.append(str(e))
+                continue
+            finally:
+                conn.close()
+            self.cluster_id = meta.cluster_id or ""
+            self._learn_brokers(meta)
+            self._read_features()
+            return
+        raise CollectorError("no Kafka broker answered at " + ", ".join(self.bootstrap) + ": " + "; ".join(errors))
+
+    def _learn_brokers(self, meta: Any) -> dict[int, Broker]:
+        brokers = {}
+        for b in meta.brokers:
+            address = f"{b.host}:{b.port}"
+            brokers[b.node_id] = Broker(b.node_id, address, b.rack or None)
+            if self.addresses.get(b.node_id) != address:
+                if b.node_id in self.connections:
+                    self.connections[b.node_id].close()
+                self.addresses[b.node_id] = address
+                self.connections[b.node_id] = BrokerConnection(address, self.timeout_s)
+        return brokers
+
+    # ---- one interval ------------------------------------------------------------------------------
+
+    def read(self, now_ms: int) -> ClusterView:
+        steps: dict[str, float] = {}
+        t0 = time.perf_counter()
+        nodes = sorted(self.connections)
+        # The lowest id is asked for every topic; the others only for the broker list (a liveness answer that
+        # costs them, and us, nothing per partition). If the lowest does not answer, the next one that did is
+        # asked again for the topics.
+        answers = dict(zip(nodes, self._pool.map(self._metadata, nodes, [n == nodes[0] for n in nodes]),
+                           strict=True))
+        not_answering = {n: a for n, a in answers.items() if isinstance(a, str)}
+        answered = [n for n in nodes if n not in not_answering]
+        if not answered:
+            steps["metadata"] = (time.perf_counter() - t0) * 1000
+            return ClusterView(now_ms, self.cluster_id, {}, not_answering, {}, {}, {}, {}, self.elr_enabled, steps)
+        primary = answered[0]
+        meta = answers[primary]
+        if primary != nodes[0]:
+            meta = self._metadata(primary, True)
+            if isinstance(meta, str):
+                not_answering[primary] = meta
+                steps["metadata"] = (time.perf_counter() - t0) * 1000
+                return ClusterView(now_ms, self.cluster_id, {}, not_answering, {}, {}, {}, {}, self.elr_enabled, steps)
+        steps["metadata"] = (time.perf_counter() - t0) * 1000
+        brokers = self._learn_brokers(meta)
+        partitions = self._partitions(meta)
+        self._reads += 1
+        new_topics = {tp[0] for tp in partitions} - set(self.topic_configs)
+        alive = set(answered)
+        if new_topics or self._reads % self.config_every == 1 or self.config_every == 1:
+            t = time.perf_counter()
+            self._read_features(primary)
+            self._read_topic_configs(primary, {tp[0] for tp in partitions}, partitions)
+            self.log_start_offsets.update(self._offsets_by_leader(partitions, alive, CONSUMER_REPLICA_ID,
+                                                                  EARLIEST_OFFSET))
+            steps["configs"] = (time.perf_counter() - t) * 1000
+        if self.elr_enabled and partitions:
+            t = time.perf_counter()
+            partitions = self._with_elr(primary, partitions)
+            steps["elr"] = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        # High watermarks first, log end offsets after: a leader's LEO read later is at least the HW read
+        # before it (the HW never passes the leader's LEO), so the pair in a row is one Kafka could show.
+        hws = self._offsets_by_leader(partitions, alive, CONSUMER_REPLICA_ID, LATEST_OFFSET)
+        leos = self._log_end_offsets(partitions, alive)
+        steps["list_offsets"] = (time.perf_counter() - t) * 1000
+        starts = {tp: self.log_start_offsets[tp] for tp in partitions if tp in self.log_start_offsets}
+        return ClusterView(now_ms, self.cluster_id, brokers, not_answering, partitions, hws, leos, starts,
+                           self.elr_enabled, steps)
+
+    def _metadata(self, node: int, all_topics: bool) -> Any:
+        """The node's Metadata answer (every topic, or none: topics=[] asks only for the brokers), or why not."""
+        try:
+            return self.connections[node].request(
+                MetadataRequest(topics=None if all_topics else [], allow_auto_topic_creation=False),
+                MetadataResponse, METADATA_VERSION)
+        except BrokerUnavailable as e:
+            return str(e)
+
+    @staticmethod
+    def _partitions(meta: Any) -> dict[TopicPartition, Partition]:
+        out: dict[TopicPartition, Partition] = {}
+        for t in meta.topics:
+            if t.is_internal or t.error_code != 0:
+                continue
+            for p in t.partitions:
+                out[(t.name, p.partition_index)] = Partition(
+                    t.name, p.partition_index, p.leader_id, max(p.leader_epoch, 0), tuple(p.replica_nodes),
+                    tuple(p.isr_nodes), (), tuple(p.offline_replicas))
+        return dict(sorted(out.items()))
+
+    def _with_elr(self, node: int, partitions: dict[TopicPartition, Partition]) -> dict[TopicPartition, Partition]:
+        topics = sorted({tp[0] for tp in partitions})
+        elr: dict[TopicPartition, tuple[int, ...]] = {}
+        cursor = None
+        try:
+            while True:
+                req = DescribeTopicPartitionsRequest(
+                    topics=[DescribeTopicPartitionsRequest.TopicRequest(name=t) for t in topics],
+                    response_partition_limit=2000, cursor=cursor)
+                resp = self.connections[node].request(req, DescribeTopicPartitionsResponse, 0)
+                for t in resp.topics:
+                    for p in t.partitions:
+                        elr[(t.name, p.partition_index)] = tuple(p.eligible_leader_replicas or ())
+                if resp.next_cursor is None:
+                    break
+                cursor = DescribeTopicPartitionsRequest.Cursor(topic_name=resp.next_cursor.topic_name,
+                                                               partition_index=resp.next_cursor.partition_index)
+        except BrokerUnavailable:
+            return partitions  # ELR unknown this interval: reported empty rather than guessed
+        # Only a partition whose ELR differs from the metadata's (empty) one is rebuilt: equal Partitions either way.
+        return {tp: (p if elr.get(tp, p.elr) == p.elr else Partition(p.topic, p.partition, p.leader, p.leader_epoch,
+                                                                     p.replicas, p.isr, elr[tp], p.offline_replicas))
+                for tp, p in partitions.items()}
+
+    def _offsets_by_leader(self, partitions: dict[TopicPartition, Partition], alive: set[int], replica_id: int,
+                           timestamp: int) -> dict[TopicPartition, int]:
+        """One ListOffsets per answering leader for the partitions it leads."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, p in partitions.items():
+            if p.leader in alive and p.leader in self.connections:
+                by_leader.setdefault(p.leader, []).append(tp)
+        out: dict[TopicPartition, int] = {}
+        for result in self._pool.map(lambda item: self._list_offsets(item[0], item[1], replica_id, timestamp),
+                                     sorted(by_leader.items())):
+            out.update(result)
+        return out
+
+    def _log_end_offsets(self, partitions: dict[TopicPartition, Partition],
+                         alive: set[int]) -> dict[TopicPartition, dict[int, int]]:
+        """One ListOffsets per answering broker, as a debugging replica, for every replica it hosts."""
+        hosted: dict[int, list[TopicPartition]] = {}
+        for tp, p in partitions.items():
+            for b in p.replicas:
+                if b in alive and b in self.connections:
+                    hosted.setdefault(b, []).append(tp)
+        brokers = sorted(hosted)
+        results = self._pool.map(lambda b: self._list_offsets(b, hosted[b], DEBUGGING_REPLICA_ID, LATEST_OFFSET),
+                                 brokers)
+        out: dict[TopicPartition, dict[int, int]] = {}
+        for b, result in zip(brokers, results, strict=True):
+            for tp, leo in result.items():
+                out.setdefault(tp, {})[b] = leo
+        return out
+
+    def _list_offsets(self, broker: int, tps: list[TopicPartition], replica_id: int,
+                      timestamp: int) -> dict[TopicPartition, int]:
+        # The same broker is asked for the same partitions interval after interval: the request is built and
+        # encoded again only when its partitions change (one cached request per broker and kind of offset).
+        key = (broker, replica_id, timestamp)
+        cached = self._offset_requests.get(key)
+        if cached is not None and cached[0] == tps:
+            req = cached[1]
+        else:
+            topics: dict[str, list[int]] = {}
+            for topic, partition in tps:
+                topics.setdefault(topic, []).append(partition)
+            lt = ListOffsetsRequest.ListOffsetsTopic
+            req = PreEncoded(ListOffsetsRequest(replica_id=replica_id, isolation_level=0, topics=[
+                lt(name=t, partitions=[lt.ListOffsetsPartition(partition_index=p, timestamp=timestamp) for p in ps])
+                for t, ps in topics.items()]), LIST_OFFSETS_VERSION)
+            self._offset_requests[key] = (list(tps), req)
+        try:
+            resp = self.connections[broker].request(req, ListOffsetsResponse, LIST_OFFSETS_VERSION)
+        except BrokerUnavailable:
+            return {}
+        # A partition whose leadership moved since the Metadata answer gets an error: no offset this interval.
+        return {(t.name, p.partition_index): p.offset for t in resp.topics for p in t.partitions if p.error_code == 0}
+
+    # ---- configs and features ----------------------------------------------------------------------
+
+    def _read_features(self, node: int | None = None) -> None:
+        conns = [self.connections[node]] if node is not None else list(self.connections.values())
+        for conn in conns:
+            try:
+                resp = conn.request(ApiVersionsRequest(client_software_name="isrwatch", client_software_version="1"),
+                                    ApiVersionsResponse, API_VERSIONS_VERSION)
+            except BrokerUnavailable:
+                continue
+            levels = {f.name: f.max_version_level for f in (resp.finalized_features or [])}
+            self.elr_enabled = levels.get(ELR_FEATURE, 0) >= 1
+            return
+
+    def _read_topic_configs(self, node: int, topics: set[str], partitions: dict[TopicPartition, Partition]) -> None:
+        if not topics:
+            return
+        resource = DescribeConfigsRequest.DescribeConfigsResource
+        req = DescribeConfigsRequest(resources=[resource(resource_type=TOPIC_RESOURCE, resource_name=t,
+                                                         configuration_keys=list(TOPIC_CONFIG_KEYS))
+                                                for t in sorted(topics)],
+                                     include_synonyms=False, include_documentation=False)
+        try:
+            resp = self.connections[node].request(req, DescribeConfigsResponse, DESCRIBE_CONFIGS_VERSION)
+        except BrokerUnavailable:
+            return
+        counts: dict[str, int] = {}
+        rf: dict[str, int] = {}
+        for (topic, _), p in partitions.items():
+            counts[topic] = counts.get(topic, 0) + 1
+            rf[topic] = max(rf.get(topic, 0), len(p.replicas))
+        for r in resp.results:
+            if r.error_code != 0 or r.resource_name not in counts:
+                continue
+            values = {c.name: c.value for c in r.configs}
+            self.topic_configs[r.resource_name] = TopicConfig(
+                partitions=counts[r.resource_name], replication_factor=rf[r.resource_name],
+                min_insync_replicas=int(values.get("min.insync.replicas") or 1),
+                unclean_leader_election_enable=(values.get("unclean.leader.election.enable") or "false") == "true",
+                segment_bytes=int(values.get("segment.bytes") or 1073741824),
+                retention_ms=int(values.get("retention.ms") or 604800000),
+                flush_messages=int(values.get("flush.messages") or 9223372036854775807))

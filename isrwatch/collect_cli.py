@@ -1,0 +1,103 @@
+"""`isrwatch collect`: watch a real Kafka cluster into the same bronze tables `isrwatch emulate` writes."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from broker_emulator.scenario import parse_duration_ms
+
+
+def _seconds(value: str) -> float:
+    ms = parse_duration_ms(int(value) if value.isdigit() else value)
+    if ms is None or ms <= 0:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 1s, 500ms or 10m, got {value!r}")
+    return ms / 1000
+
+
+def _metrics_url(value: str) -> tuple[int | None, str]:
+    """`URL` (the node id is read from the exposition) or `ID=URL`."""
+    node, sep, url = value.partition("=")
+    if sep and node.isdigit():
+        return int(node), url
+    if not value.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(f"--metrics-url expects [ID=]http://HOST:PORT/metrics, got {value!r}")
+    return None, value
+
+
+def add_collect_parser(sub: Any) -> None:
+    p = sub.add_parser("collect", help="watch a real Kafka cluster into the bronze tables",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+                       description="Reads a Kafka cluster every interval (Admin API broker by broker, each broker's "
+                                   "Prometheus JMX exporter, an end-to-end canary) and appends one batch to the "
+                                   "bronze tables per interval, as `isrwatch emulate` does for the emulator.")
+    p.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,HOST:PORT…]",
+                   help="brokers to start from; the others are learned from the cluster")
+    p.add_argument("--metrics-url", action="append", type=_metrics_url, default=[], metavar="[ID=]URL",
+                   help="a broker's or controller's Prometheus JMX exporter (conf/jmx_exporter.yaml); repeat it")
+    p.add_argument("--lakehouse", default="lakehouse", help="lakehouse root for the bronze Delta tables")
+    p.add_argument("--interval", type=_seconds, default=1.0, help="collection interval (e.g. 1s, 500ms)")
+    p.add_argument("--timeout", type=_seconds, default=0.5,
+                   help="per-broker request timeout: a broker slower than this is reported as not answering")
+    p.add_argument("--duration", type=_seconds, default=None, help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--no-canary", action="store_true", help="do not produce and consume the canary topic")
+    p.add_argument("--canary-topic", default="__isrwatch_canary", help="the canary's topic (created if absent)")
+    p.add_argument("--canary-rate", type=float, default=10.0, help="canary records per second per partition")
+    p.add_argument("--quiet", action="store_true", help="no progress line per interval")
+
+
+def main_collect(args: argparse.Namespace) -> int:
+    from collector.cluster_view import CollectorError
+    from collector.collect_loop import Collector, CollectSettings
+    from foundation.bronze_sink import SinkSchemaError
+
+    urls: dict[int | None, list[str]] = {}
+    for node, url in args.metrics_url:
+        urls.setdefault(node, []).append(url)
+    settings = CollectSettings(bootstrap_servers=args.bootstrap_servers.split(","), lakehouse=args.lakehouse,
+                               metrics_urls=urls, interval_s=args.interval, timeout_s=args.timeout)
+    canary_factory = None
+    if not args.no_canary:
+        from collector.canary_feed import canary_for_collector
+
+        canary_factory = canary_for_collector(args.bootstrap_servers, lakehouse=args.lakehouse,
+                                              topic=args.canary_topic, rate_per_partition=args.canary_rate)
+    try:
+        collector = Collector(settings, canary_factory=canary_factory)
+    except CollectorError as e:
+        print(f"isrwatch collect: {e}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        if stop.is_set():  # a second Ctrl-C: leave at once
+            raise KeyboardInterrupt
+        stop.set()
+        print("isrwatch collect: stopping after this interval", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+
+    def progress(status: dict[str, Any]) -> None:
+        if args.quiet:
+            return
+        silent = status["not_answering"]
+        print(f"collect batch {status['batch']}: {status['partitions']} partitions, {status['events']} events, "
+              f"{status['elapsed_ms']:.0f} ms" + (f", not answering: {silent}" if silent else ""), flush=True)
+
+    print(f"isrwatch collect: cluster {collector.cluster_id}, run {collector.run_id}, "
+          f"writing to {Path(args.lakehouse).resolve()}", flush=True)
+    try:
+        batches = collector.run(duration_s=args.duration, on_step=progress, should_stop=stop.is_set)
+    except SinkSchemaError as e:
+        print(f"isrwatch collect: {e}", file=sys.stderr)
+        return 2
+    finally:
+        collector.close()
+        signal.signal(signal.SIGINT, previous)
+    print(f"isrwatch collect: stopped after {batches} batches (run {collector.run_id})", flush=True)
+    return 0

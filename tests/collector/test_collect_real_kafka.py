@@ -1,0 +1,382 @@
+"""`isrwatch collect` against a real Kafka 4.3 cluster (kafka_fixture), through validate and the alerts job.
+
+One cluster for the module: 1 controller + 3 brokers on loopback, replica.lag.time.max.ms 3 s so a stalled
+follower leaves the ISR within seconds. The collector runs in a thread while the test stalls and kills
+brokers; then the pipeline runs available-now over what it wrote, and the assertions read gold.alert_events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka import Producer
+from confluent_kafka.admin import NewTopic
+
+from collector.canary import Canary, CanaryConfig
+from collector.canary_feed import CanaryFeed
+from collector.canary_state import CanaryState
+from collector.collect_loop import Collector, CollectSettings
+from foundation.delta_io import read_rows
+from kafka_fixture import KafkaCluster
+from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
+from schemas.gold import ALERT_EVENTS
+from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
+from tests.alerts.test_alerts_job import run_in_process
+from tests.collector.test_canary import read_log
+from tests.pipeline.test_validate import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+TOPIC = "orders"
+TIMEOUT_S = 0.5
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
+    kafka = KafkaCluster(tmp_path_factory.mktemp("kafka"), brokers=3,
+                         broker_config={"replica.lag.time.max.ms": "3000"},
+                         controller_config={"broker.session.timeout.ms": "6000"})
+    try:
+        kafka.start()
+        admin = kafka.admin_client()
+        futures = admin.create_topics([NewTopic(TOPIC, num_partitions=6, replication_factor=3,
+                                                config={"min.insync.replicas": "2"})])
+        futures[TOPIC].result(30)
+        del admin   # a client left alive while the cluster stops logs a refused connection every 50 ms
+        yield kafka
+    finally:
+        kafka.stop()
+    assert kafka.running_processes() == [], "every JVM the fixture started is gone"
+
+
+class Load:
+    """acks=1 traffic to every partition, so a stalled follower falls behind the leader's log end."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
+                                  "message.timeout.ms": 5000, "log_level": 0})
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            for p in range(6):
+                with contextlib.suppress(BufferError):
+                    self.producer.produce(TOPIC, b"x" * 100, partition=p)
+            self.producer.poll(0.02)
+
+    def __enter__(self) -> Load:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.producer.flush(5)
+
+
+class Running:
+    """The collector in a thread, with every step's status kept."""
+
+    def __init__(self, collector: Collector, on_step: Callable[[dict[str, Any]], None] | None = None) -> None:
+        self.collector = collector
+        self.on_step = on_step
+        self.steps: list[dict[str, Any]] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.collector.run(on_step=self._step, should_stop=self.stopping.is_set)
+
+    def _step(self, status: dict[str, Any]) -> None:
+        self.steps.append({**status, "at": time.monotonic()})
+        if self.on_step is not None:
+            self.on_step(status)
+
+    def __enter__(self) -> Running:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(30)
+        self.collector.close()
+
+
+def wait_for(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+
+
+def isr_of(cluster: KafkaCluster, topic: str = TOPIC) -> dict[int, list[int]]:
+    md = cluster.admin_client().list_topics(topic, timeout=5)
+    return {p: list(m.isrs) for p, m in md.topics[topic].partitions.items()}
+
+
+@pytest.fixture(scope="module")
+def stalled_follower_run(cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Collect while broker 3 is SIGSTOPped for 40 s, then until every ISR is whole again."""
+    lake = str(tmp_path_factory.mktemp("collected") / "lakehouse")
+    collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake,
+                                          metrics_urls={None: cluster.metrics_urls}, interval_s=1.0,
+                                          timeout_s=TIMEOUT_S))
+    with Load(cluster.bootstrap_servers), Running(collector) as running:
+        time.sleep(5)
+        cluster.pause(3)
+        paused_at = time.monotonic()
+        time.sleep(40)
+        cluster.resume(3)
+        resumed_at = time.monotonic()
+        wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster).values()), 60, "the ISR to be whole again")
+        time.sleep(5)
+    return {"lake": lake, "steps": running.steps, "paused": (paused_at, resumed_at), "run_id": collector.run_id}
+
+
+def test_a_stalled_broker_does_not_stall_a_collection_interval(stalled_follower_run: dict[str, Any]) -> None:
+    paused, resumed = stalled_follower_run["paused"]
+    during = [s for s in stalled_follower_run["steps"] if paused + 1 < s["at"] < resumed]
+    assert len(during) >= 30, ("the collector kept writing a batch about every second",
+                               [(round(s["at"] - paused, 1), s["elapsed_ms"], s["steps_ms"]) for s in during])
+    # Broker 3 answers nothing: each interval waits for it at most the request timeout (Metadata and the scrape
+    # run side by side), plus the Delta commits.
+    assert max(s["elapsed_ms"] for s in during) < 1000 * (2 * TIMEOUT_S) + 600, during
+    assert sum(3 in s["not_answering"] for s in during) >= len(during) - 2
+
+
+def test_the_collector_writes_the_emulators_tables_and_the_pipeline_fires_under_replicated(
+        spark: Any, stalled_follower_run: dict[str, Any], tmp_path: Path) -> None:
+    lake = stalled_follower_run["lake"]
+    runs = sorted(read_rows(RUNS, lake).to_pylist(), key=lambda r: r["batch_id"])
+    assert {r["broker_ids"] == [1, 2, 3] for r in runs} == {True}
+    assert runs[-1]["controller_ids"] == [3000] and runs[-1]["final"]
+    state = read_rows(PARTITION_STATE, lake).to_pandas()
+    shrunk = state[state["isr"].map(len) < 3]
+    assert set(shrunk["topic"]) == {TOPIC} and (shrunk["isr"].map(lambda isr: 3 not in isr)).all()
+    # Replica log end offsets come from each broker (null while broker 3 does not answer); the HW never passes
+    # the leader's.
+    online = state[state["leader"] >= 0]
+    leader_leo = online.apply(lambda r: r["replica_leos"][list(r["replicas"]).index(r["leader"])], axis=1)
+    known = leader_leo.notna()
+    assert known.mean() > 0.9 and (online["high_watermark"][known] <= leader_leo[known]).all()
+    events = read_rows(CLUSTER_EVENTS, lake).to_pandas()
+    assert {"isr_shrink", "isr_expand", "broker_state"} <= set(events["event_type"])
+    assert set(events.loc[events["event_type"] == "isr_shrink", "detail"].map(lambda d: "3" in d)) == {True}
+    metrics = read_rows(BROKER_METRICS, lake).to_pandas()
+    assert {1, 2, 3, 3000} == set(metrics["broker_id"])
+    shrinks = metrics[(metrics["name"] == "IsrShrinksPerSec")].groupby("broker_id")["count"].max()
+    assert shrinks.loc[[1, 2]].sum() >= 1, "the leaders counted the ISR shrinks"
+
+    validate(spark, lake)
+    for name in ("partition_state", "broker_metrics", "cluster_events", "topic_configs", "runs"):
+        rejected = read_rows(QUARANTINE_TABLES[name], lake).to_pylist()
+        assert rejected == [], f"collected {name} rows quarantined: {rejected[:3]}"
+    assert read_rows(SILVER_TABLES["partition_state"], lake).num_rows == len(state)
+    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    raw["rules"] = [r for r in raw["rules"] if r["name"] in ("UnderReplicated", "BrokerNotReporting")]
+    raw["receivers"] = []
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(yaml.safe_dump(raw))
+    run_in_process(spark, lake, str(rules))
+    alerts = read_rows(ALERT_EVENTS, lake).to_pylist()
+    under = [a for a in alerts if a["rule"] == "UnderReplicated"]
+    fired = {a["fingerprint"] for a in under if a["status"] == "firing"}
+    assert len(fired) >= 4, "UnderReplicated fired for the partitions broker 3 follows"
+    assert {dict(a["labels"])["topic"] for a in under} == {TOPIC}
+    resolved = {a["fingerprint"] for a in under if a["status"] == "resolved"}
+    assert resolved == fired, "and each resolved once the ISR was whole"
+    not_reporting = [dict(a["labels"]).get("broker_id") for a in alerts
+                     if a["rule"] == "BrokerNotReporting" and a["status"] == "firing"]
+    assert not_reporting == ["3"]
+
+
+def test_a_bad_bootstrap_address_exits_non_zero_with_a_clear_message(tmp_path: Path) -> None:
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "isrwatch.cli", "collect", "--bootstrap-servers", "127.0.0.1:1",
+                           "--lakehouse", str(tmp_path / "lake"), "--no-canary"],
+                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert done.returncode == 2
+    assert "no Kafka broker answered at 127.0.0.1:1" in done.stderr
+    assert time.monotonic() - started < 15
+    bad = subprocess.run([sys.executable, "-m", "isrwatch.cli", "collect", "--bootstrap-servers", "localhost",
+                          "--lakehouse", str(tmp_path / "lake"), "--no-canary"],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert bad.returncode == 2 and "bootstrap server 'localhost' is not HOST:PORT" in bad.stderr
+    assert not (tmp_path / "lake").exists(), "nothing was written"
+
+
+# ---- the canary through the pipeline: refused writes, then acknowledged records lost ----------------------
+
+REFUSE_TOPIC = "canary-refuse"
+UNCLEAN_TOPIC = "canary-unclean"
+
+
+class CanaryTotals:
+    """The canary's intervals as the collector took them, summed per partition (on_step runs after each)."""
+
+    def __init__(self, collector: Collector) -> None:
+        self.collector = collector
+        self.acked: Counter[int] = Counter()
+        self.failed: dict[int, Counter[str]] = {}
+        self.lost: Counter[int] = Counter()
+
+    def add(self, _status: dict[str, Any]) -> None:
+        feed = self.collector.canary
+        assert isinstance(feed, CanaryFeed)
+        for p in feed.last.partitions if feed.last is not None else ():
+            self.acked[p.partition] += p.records_acked
+            self.failed.setdefault(p.partition, Counter()).update(p.failed_by_error)
+            self.lost[p.partition] += p.records_lost
+
+
+def canary_collector(cluster: KafkaCluster, lake: str, topic: str, **canary: Any) -> Collector:
+    def start(_run_id: str, _state_dir: Path) -> CanaryFeed:
+        config = CanaryConfig(cluster.bootstrap_servers, topic=topic, records_per_second=20.0, leader_grace_ms=2_000,
+                              metadata_interval_ms=500, **canary)
+        return CanaryFeed(Canary(config, lake).start())
+
+    return Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake,
+                                     metrics_urls={None: cluster.metrics_urls}, interval_s=1.0, timeout_s=TIMEOUT_S),
+                     canary_factory=start)
+
+
+@pytest.fixture(scope="module")
+def refusal_then_loss_run(cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """Two collector runs into one lakehouse, each with its canary:
+    1. canary topic min ISR 2: brokers 2 and 3 paused until every partition refuses writes, then resumed;
+    2. canary topic min ISR 1 with unclean elections: brokers 2 and 3 paused, broker 1 acknowledges alone and
+       is killed, 2 and 3 resumed: the unclean election loses what broker 1 alone acknowledged."""
+    lake = str(tmp_path_factory.mktemp("canary") / "lakehouse")
+    first = canary_collector(cluster, lake, REFUSE_TOPIC)
+    refusal = CanaryTotals(first)
+    with Running(first, on_step=refusal.add):
+        wait_for(lambda: min(refusal.acked[p] for p in range(3)) >= 10, 30, "canary writes acknowledged")
+        cluster.pause(2)
+        cluster.pause(3)
+        wait_for(lambda: all(refusal.failed.get(p, Counter())["NOT_ENOUGH_REPLICAS"] >= 3 for p in range(3)), 45,
+                 "NOT_ENOUGH_REPLICAS on every canary partition")
+        cluster.resume(2)
+        cluster.resume(3)
+        acked_at_resume = dict(refusal.acked)
+        wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster, REFUSE_TOPIC).values())
+                 and all(refusal.acked[p] >= acked_at_resume[p] + 10 for p in range(3)), 60,
+                 "the canary's ISR whole and writes acknowledged again")
+        time.sleep(2)   # two more intervals: the collector records the ISR whole
+
+    second = canary_collector(cluster, lake, UNCLEAN_TOPIC, min_insync_replicas=1,
+                              topic_config={"unclean.leader.election.enable": "true"})
+    loss = CanaryTotals(second)
+    with Running(second, on_step=loss.add):
+        wait_for(lambda: min(loss.acked[p] for p in range(3)) >= 10, 30, "canary writes acknowledged")
+        cluster.pause(2)
+        cluster.pause(3)
+        acked_at_pause = loss.acked[0]
+        wait_for(lambda: loss.acked[0] >= acked_at_pause + 30, 30, "30 records acknowledged by broker 1 alone")
+        cluster.kill(1)
+        time.sleep(1.0)   # the delivery reports of what broker 1 answered before it died
+        feed = second.canary
+        assert isinstance(feed, CanaryFeed)
+        acknowledged = CanaryState.load(feed.canary.save_state())
+        cluster.resume(2)
+        cluster.resume(3)
+        wait_for(lambda: loss.lost[0] > 0, 45, "the canary's loss on partition 0")
+        time.sleep(2)   # the losses of the other partitions, reported in the same or the next interval
+    assert acknowledged is not None
+    log = read_log(cluster, UNCLEAN_TOPIC, [0, 1, 2], acknowledged.instance_id)
+    truly_lost = {p: sum(1 for o, s in acknowledged.ledger(p).acked_records() if log[p].get(o) != s)
+                  for p in range(3)}
+    cluster.restart(1)
+    return {"lake": lake, "runs": (first.run_id, second.run_id), "refusal": refusal, "loss": loss,
+            "truly_lost": truly_lost}
+
+
+def test_canary_refusals_and_unclean_losses_reach_the_ack_ledger_and_fire_alerts(
+        spark: Any, refusal_then_loss_run: dict[str, Any], tmp_path: Path) -> None:
+    lake = refusal_then_loss_run["lake"]
+    refusal_run, loss_run = refusal_then_loss_run["runs"]
+    validate(spark, lake, ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs",
+                           "ack_ledger"))
+    for name in ("ack_ledger", "cluster_events", "partition_state"):
+        rejected = read_rows(QUARANTINE_TABLES[name], lake).to_pylist()
+        assert rejected == [], f"collected {name} rows quarantined: {rejected[:3]}"
+    ledger = read_rows(SILVER_TABLES["ack_ledger"], lake).to_pandas()
+    assert set(ledger["acks"]) == {"all"}
+
+    refused = ledger[ledger["run_id"] == refusal_run].groupby("partition")[
+        ["records_acked", "records_failed", "records_lost"]].sum()
+    refusal: CanaryTotals = refusal_then_loss_run["refusal"]
+    assert refused["records_acked"].to_dict() == dict(refusal.acked), "every interval's counts reached silver"
+    assert (refused["records_failed"] > 0).all() and refused["records_lost"].sum() == 0
+    events = read_rows(SILVER_TABLES["cluster_events"], lake).to_pandas()
+    rejections = events[(events["run_id"] == refusal_run) & (events["event_type"] == "produce_rejected")]
+    assert set(rejections.loc[rejections["cause"] == "NOT_ENOUGH_REPLICAS", "partition"]) == {0, 1, 2}
+
+    lost = ledger[(ledger["run_id"] == loss_run) & (ledger["records_lost"] > 0)]
+    truly_lost = refusal_then_loss_run["truly_lost"]
+    assert truly_lost[0] > 0, "broker 1 alone acknowledged records the unclean election lost"
+    assert lost.groupby("partition")["records_lost"].sum().to_dict() == {p: n for p, n in truly_lost.items() if n}
+    assert set(lost["lost_by"]) == {"unclean_election"}
+    causes = events[(events["run_id"] == loss_run) & (events["event_type"] == "records_lost")]
+    assert set(causes["cause"]) == {"unclean_election"} and causes["records"].sum() == sum(truly_lost.values())
+
+    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    names = ("UnderMinIsr", "ProduceNotEnoughReplicas", "AckedRecordsLost", "UncleanLeaderElection",
+             "PartitionOffline", "OfflinePartitions")   # the last two inhibit UnderMinIsr
+    raw["rules"] = [r for r in raw["rules"] if r["name"] in names]
+    raw["receivers"] = []
+    rules = tmp_path / "alerts.yaml"
+    rules.write_text(yaml.safe_dump(raw))
+    run_in_process(spark, lake, str(rules))
+    alerts = [{**a, "labels": dict(a["labels"])} for a in read_rows(ALERT_EVENTS, lake).to_pylist()]
+
+    def firing(rule: str, run_id: str, topic: str | None = None) -> set[str]:
+        return {a["labels"].get("partition") or a["labels"].get("broker_id") or "" for a in alerts
+                if a["rule"] == rule and a["status"] == "firing" and a["labels"]["cluster"] == run_id
+                and (topic is None or a["labels"].get("topic") == topic)}
+
+    assert firing("UnderMinIsr", refusal_run, REFUSE_TOPIC) == {"0", "1", "2"}
+    assert "1" in firing("ProduceNotEnoughReplicas", refusal_run), "broker 1 refused acks=all writes"
+    assert firing("AckedRecordsLost", refusal_run) == set()
+    assert firing("AckedRecordsLost", loss_run, UNCLEAN_TOPIC) == {str(p) for p, n in truly_lost.items() if n}
+    assert firing("UncleanLeaderElection", loss_run) != set()
+
+
+def test_ctrl_c_ends_the_interval_marks_the_last_batch_final_and_exits_zero(cluster: KafkaCluster,
+                                                                            tmp_path: Path) -> None:
+    lake = tmp_path / "lake"
+    process = subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "collect", "--bootstrap-servers",
+                                cluster.bootstrap_servers, "--lakehouse", str(lake), "--no-canary",
+                                *[a for url in cluster.metrics_urls for a in ("--metrics-url", url)]],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert process.stdout is not None
+        progress = [process.stdout.readline() for _ in range(4)]   # the banner and three intervals
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert progress[0].startswith(f"isrwatch collect: cluster {cluster.cluster_id}, run kafka-")
+    assert [line.split(":")[0] for line in progress[1:]] == ["collect batch 0", "collect batch 1", "collect batch 2"]
+    assert "stopping after this interval" in err
+    batches = int(out.strip().splitlines()[-1].split("stopped after ")[1].split(" batches")[0])
+    runs = sorted(read_rows(RUNS, str(lake)).to_pylist(), key=lambda r: r["batch_id"])
+    assert [r["batch_id"] for r in runs] == list(range(batches))
+    assert [r["final"] for r in runs] == [False] * (batches - 1) + [True]
+    state = read_rows(PARTITION_STATE, str(lake)).to_pandas()
+    assert set(state["batch_id"]) == set(range(batches)) and TOPIC in set(state["topic"])
