@@ -119,6 +119,8 @@ class KafkaCluster:
     controller_config: dict[str, str] = field(default_factory=dict)
     nodes: dict[int, Node] = field(default_factory=dict, init=False)
     cluster_id: str = field(default="", init=False)
+    # Every JVM ever launched (restarts too): each leads its own process group, whose id is its pid.
+    launched_pids: list[int] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -252,6 +254,20 @@ class KafkaCluster:
     def running_processes(self) -> list[int]:
         return [n.process.pid for n in self.nodes.values() if n.process is not None and n.process.poll() is None]
 
+    def leftover_process_groups(self) -> list[int]:
+        """The process groups of every JVM this cluster ever launched that still have a live member (the JVM
+        or anything it started): empty once `stop()` has run."""
+        alive = []
+        for pgid in self.launched_pids:
+            try:
+                os.killpg(pgid, 0)
+            except ProcessLookupError:
+                continue
+            except PermissionError:
+                pass
+            alive.append(pgid)
+        return alive
+
     # ---- readiness ---------------------------------------------------------------------------------
 
     def wait_until_ready(self, timeout_s: float) -> None:
@@ -348,5 +364,6 @@ class KafkaCluster:
         cmd += ["kafka.Kafka", str(node.directory / "server.properties")]
         out = open(node.directory / "logs" / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
         node.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        self.launched_pids.append(node.process.pid)
         out.close()
         node.paused = False

@@ -155,7 +155,7 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         yield cluster
     finally:
         cluster.stop()
-        assert cluster.running_processes() == []
+        assert cluster.running_processes() == [] and cluster.leftover_process_groups() == []
 
 
 @pytest.fixture

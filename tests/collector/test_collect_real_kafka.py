@@ -56,7 +56,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         yield kafka
     finally:
         kafka.stop()
-    assert kafka.running_processes() == [], "every JVM the fixture started is gone"
+    assert kafka.running_processes() == [] and kafka.leftover_process_groups() == [], \
+        "every JVM the fixture started is gone"
 
 
 class Load:
