@@ -32,6 +32,7 @@ from kafka_fixture import KafkaCluster
 from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from schemas.gold import ALERT_EVENTS
 from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
+from schemas.table import TableDef
 from tests.alerts.test_alerts_job import run_in_process
 from tests.collector.test_canary import read_log
 from tests.pipeline.test_validate import validate
@@ -129,9 +130,15 @@ def isr_of(cluster: KafkaCluster, topic: str = TOPIC) -> dict[int, list[int]]:
 
 
 @pytest.fixture(scope="module")
-def stalled_follower_run(cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def lake(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One lakehouse for the module's collector runs (each its own run id, so its own cluster in the alerts):
+    validate and the alerts job run once over all of them."""
+    return str(tmp_path_factory.mktemp("collected") / "lakehouse")
+
+
+@pytest.fixture(scope="module")
+def stalled_follower_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
     """Collect while broker 3 is SIGSTOPped for 40 s, then until every ISR is whole again."""
-    lake = str(tmp_path_factory.mktemp("collected") / "lakehouse")
     collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake,
                                           metrics_urls={None: cluster.metrics_urls}, interval_s=1.0,
                                           timeout_s=TIMEOUT_S))
@@ -158,13 +165,18 @@ def test_a_stalled_broker_does_not_stall_a_collection_interval(stalled_follower_
     assert sum(3 in s["not_answering"] for s in during) >= len(during) - 2
 
 
+def of_run(table: TableDef, lake: str, run_id: str) -> Any:
+    frame = read_rows(table, lake).to_pandas()
+    return frame[frame["run_id"] == run_id]
+
+
 def test_the_collector_writes_the_emulators_tables_and_the_pipeline_fires_under_replicated(
-        spark: Any, stalled_follower_run: dict[str, Any], tmp_path: Path) -> None:
-    lake = stalled_follower_run["lake"]
-    runs = sorted(read_rows(RUNS, lake).to_pylist(), key=lambda r: r["batch_id"])
-    assert {r["broker_ids"] == [1, 2, 3] for r in runs} == {True}
-    assert runs[-1]["controller_ids"] == [3000] and runs[-1]["final"]
-    state = read_rows(PARTITION_STATE, lake).to_pandas()
+        stalled_follower_run: dict[str, Any], pipelined: list[dict[str, Any]]) -> None:
+    lake, run_id = stalled_follower_run["lake"], stalled_follower_run["run_id"]
+    runs = of_run(RUNS, lake, run_id).sort_values("batch_id").to_dict("records")
+    assert {list(r["broker_ids"]) == [1, 2, 3] for r in runs} == {True}
+    assert list(runs[-1]["controller_ids"]) == [3000] and runs[-1]["final"]
+    state = of_run(PARTITION_STATE, lake, run_id)
     shrunk = state[state["isr"].map(len) < 3]
     assert set(shrunk["topic"]) == {TOPIC} and (shrunk["isr"].map(lambda isr: 3 not in isr)).all()
     # Replica log end offsets come from each broker (null while broker 3 does not answer); the HW never passes
@@ -173,33 +185,23 @@ def test_the_collector_writes_the_emulators_tables_and_the_pipeline_fires_under_
     leader_leo = online.apply(lambda r: r["replica_leos"][list(r["replicas"]).index(r["leader"])], axis=1)
     known = leader_leo.notna()
     assert known.mean() > 0.9 and (online["high_watermark"][known] <= leader_leo[known]).all()
-    events = read_rows(CLUSTER_EVENTS, lake).to_pandas()
+    events = of_run(CLUSTER_EVENTS, lake, run_id)
     assert {"isr_shrink", "isr_expand", "broker_state"} <= set(events["event_type"])
     assert set(events.loc[events["event_type"] == "isr_shrink", "detail"].map(lambda d: "3" in d)) == {True}
-    metrics = read_rows(BROKER_METRICS, lake).to_pandas()
+    metrics = of_run(BROKER_METRICS, lake, run_id)
     assert {1, 2, 3, 3000} == set(metrics["broker_id"])
     shrinks = metrics[(metrics["name"] == "IsrShrinksPerSec")].groupby("broker_id")["count"].max()
     assert shrinks.loc[[1, 2]].sum() >= 1, "the leaders counted the ISR shrinks"
 
-    validate(spark, lake)
-    for name in ("partition_state", "broker_metrics", "cluster_events", "topic_configs", "runs"):
-        rejected = read_rows(QUARANTINE_TABLES[name], lake).to_pylist()
-        assert rejected == [], f"collected {name} rows quarantined: {rejected[:3]}"
-    assert read_rows(SILVER_TABLES["partition_state"], lake).num_rows == len(state)
-    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
-    raw["rules"] = [r for r in raw["rules"] if r["name"] in ("UnderReplicated", "BrokerNotReporting")]
-    raw["receivers"] = []
-    rules = tmp_path / "alerts.yaml"
-    rules.write_text(yaml.safe_dump(raw))
-    run_in_process(spark, lake, str(rules))
-    alerts = read_rows(ALERT_EVENTS, lake).to_pylist()
+    assert len(of_run(SILVER_TABLES["partition_state"], lake, run_id)) == len(state)
+    alerts = [a for a in pipelined if a["labels"]["cluster"] == run_id]
     under = [a for a in alerts if a["rule"] == "UnderReplicated"]
     fired = {a["fingerprint"] for a in under if a["status"] == "firing"}
     assert len(fired) >= 4, "UnderReplicated fired for the partitions broker 3 follows"
-    assert {dict(a["labels"])["topic"] for a in under} == {TOPIC}
+    assert {a["labels"]["topic"] for a in under} == {TOPIC}
     resolved = {a["fingerprint"] for a in under if a["status"] == "resolved"}
     assert resolved == fired, "and each resolved once the ISR was whole"
-    not_reporting = [dict(a["labels"]).get("broker_id") for a in alerts
+    not_reporting = [a["labels"].get("broker_id") for a in alerts
                      if a["rule"] == "BrokerNotReporting" and a["status"] == "firing"]
     assert not_reporting == ["3"]
 
@@ -222,6 +224,9 @@ def test_a_bad_bootstrap_address_exits_non_zero_with_a_clear_message(tmp_path: P
 # ---- the canary through the pipeline: refused writes, then acknowledged records lost ----------------------
 
 REFUSE_TOPIC = "canary-refuse"
+BRONZE_TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs", "ack_ledger")
+ALERT_RULES = ("UnderReplicated", "BrokerNotReporting", "UnderMinIsr", "ProduceNotEnoughReplicas", "AckedRecordsLost",
+               "UncleanLeaderElection", "PartitionOffline", "OfflinePartitions")  # the last two inhibit UnderMinIsr
 UNCLEAN_TOPIC = "canary-unclean"
 
 
@@ -255,12 +260,11 @@ def canary_collector(cluster: KafkaCluster, lake: str, topic: str, **canary: Any
 
 
 @pytest.fixture(scope="module")
-def refusal_then_loss_run(cluster: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def refusal_then_loss_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
     """Two collector runs into one lakehouse, each with its canary:
     1. canary topic min ISR 2: brokers 2 and 3 paused until every partition refuses writes, then resumed;
     2. canary topic min ISR 1 with unclean elections: brokers 2 and 3 paused, broker 1 acknowledges alone and
        is killed, 2 and 3 resumed: the unclean election loses what broker 1 alone acknowledged."""
-    lake = str(tmp_path_factory.mktemp("canary") / "lakehouse")
     first = canary_collector(cluster, lake, REFUSE_TOPIC)
     refusal = CanaryTotals(first)
     with Running(first, on_step=refusal.add):
@@ -304,17 +308,30 @@ def refusal_then_loss_run(cluster: KafkaCluster, tmp_path_factory: pytest.TempPa
             "truly_lost": truly_lost}
 
 
-def test_canary_refusals_and_unclean_losses_reach_the_ack_ledger_and_fire_alerts(
-        spark: Any, refusal_then_loss_run: dict[str, Any], tmp_path: Path) -> None:
-    lake = refusal_then_loss_run["lake"]
-    refusal_run, loss_run = refusal_then_loss_run["runs"]
-    validate(spark, lake, ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs",
-                           "ack_ledger"))
-    for name in ("ack_ledger", "cluster_events", "partition_state"):
+@pytest.fixture(scope="module")
+def pipelined(spark: Any, lake: str, stalled_follower_run: dict[str, Any], refusal_then_loss_run: dict[str, Any],
+              tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """validate, then the alerts job, over every collector run of the module: nothing quarantined; the
+    alert transitions, labels as a dict."""
+    validate(spark, lake, BRONZE_TABLES)
+    for name in BRONZE_TABLES:
         rejected = read_rows(QUARANTINE_TABLES[name], lake).to_pylist()
         assert rejected == [], f"collected {name} rows quarantined: {rejected[:3]}"
+    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    raw["rules"] = [r for r in raw["rules"] if r["name"] in ALERT_RULES]
+    raw["receivers"] = []
+    rules = tmp_path_factory.mktemp("rules") / "alerts.yaml"
+    rules.write_text(yaml.safe_dump(raw))
+    run_in_process(spark, lake, str(rules))
+    return [{**a, "labels": dict(a["labels"])} for a in read_rows(ALERT_EVENTS, lake).to_pylist()]
+
+
+def test_canary_refusals_and_unclean_losses_reach_the_ack_ledger_and_fire_alerts(
+        refusal_then_loss_run: dict[str, Any], pipelined: list[dict[str, Any]]) -> None:
+    lake = refusal_then_loss_run["lake"]
+    refusal_run, loss_run = refusal_then_loss_run["runs"]
     ledger = read_rows(SILVER_TABLES["ack_ledger"], lake).to_pandas()
-    assert set(ledger["acks"]) == {"all"}
+    assert set(ledger["acks"]) == {"all"} and set(ledger["run_id"]) == {refusal_run, loss_run}
 
     refused = ledger[ledger["run_id"] == refusal_run].groupby("partition")[
         ["records_acked", "records_failed", "records_lost"]].sum()
@@ -333,18 +350,8 @@ def test_canary_refusals_and_unclean_losses_reach_the_ack_ledger_and_fire_alerts
     causes = events[(events["run_id"] == loss_run) & (events["event_type"] == "records_lost")]
     assert set(causes["cause"]) == {"unclean_election"} and causes["records"].sum() == sum(truly_lost.values())
 
-    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
-    names = ("UnderMinIsr", "ProduceNotEnoughReplicas", "AckedRecordsLost", "UncleanLeaderElection",
-             "PartitionOffline", "OfflinePartitions")   # the last two inhibit UnderMinIsr
-    raw["rules"] = [r for r in raw["rules"] if r["name"] in names]
-    raw["receivers"] = []
-    rules = tmp_path / "alerts.yaml"
-    rules.write_text(yaml.safe_dump(raw))
-    run_in_process(spark, lake, str(rules))
-    alerts = [{**a, "labels": dict(a["labels"])} for a in read_rows(ALERT_EVENTS, lake).to_pylist()]
-
     def firing(rule: str, run_id: str, topic: str | None = None) -> set[str]:
-        return {a["labels"].get("partition") or a["labels"].get("broker_id") or "" for a in alerts
+        return {a["labels"].get("partition") or a["labels"].get("broker_id") or "" for a in pipelined
                 if a["rule"] == rule and a["status"] == "firing" and a["labels"]["cluster"] == run_id
                 and (topic is None or a["labels"].get("topic") == topic)}
 
