@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo test test-all lint bench jars kafka-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect jars kafka-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -106,6 +106,13 @@ demo: venv jars $(PLOTLY_BUNDLE)
 	  else kill $$server; wait $$server 2>/dev/null; echo "isrwatch demo: done (not a terminal, so the server" \
 	    "stopped; '.venv/bin/isrwatch serve' serves the dashboards again)"; fi
 
+# The same pipeline, API and receiver on a real Kafka 4.3.1 cluster (kafka_fixture/: 1 controller + 3 brokers on
+# 127.0.0.1) watched by `isrwatch collect`: a producer workload, a broker stalled (SIGSTOP) for 40 s, another killed
+# and restarted, then a SQL summary; about 4 minutes. Ctrl-C stops every process and JVM it started
+# (docs/collector.md). Its lakehouse is lakehouse-kafka/, emptied at the start.
+demo-kafka: venv jars kafka-jars $(PLOTLY_BUNDLE)
+	@$(PY) -m kafka_fixture.demo --port $(DEMO_PORT)
+
 test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
@@ -126,5 +133,10 @@ bench: venv jars $(PLOTLY_BUNDLE)
 	$(PY) bench/alert_quality.py
 	$(PY) bench/api.py
 
+# The collector on a real Kafka cluster with 3,000 partitions: interval cost, CPU share, fault -> bronze commit
+# (docs/benchmarks.md). Not part of `bench`: it starts four Kafka JVMs.
+bench-collect: venv jars kafka-jars
+	$(PY) bench/collect.py
+
 clean:
-	rm -rf lakehouse demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache
+	rm -rf lakehouse lakehouse-kafka demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache

@@ -12,6 +12,7 @@ read at start, when a topic appears, and every `config_every` intervals.
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -92,6 +93,64 @@ class ClusterView:
     step_ms: dict[str, float] = field(default_factory=dict)
 
 
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, pos
+        shift += 7
+
+
+def _skip_tagged_fields(buf: bytes, pos: int) -> int:
+    count, pos = _uvarint(buf, pos)
+    for _ in range(count):
+        _, pos = _uvarint(buf, pos)
+        size, pos = _uvarint(buf, pos)
+        pos += size
+    return pos
+
+
+def controller_id_offset(body: bytes) -> int:
+    """Where controller_id sits in a Metadata v12 response (a flexible version: compact arrays and strings,
+    tagged fields), header first: after the header, throttle_time_ms, the brokers and cluster_id."""
+    pos = _skip_tagged_fields(body, 4)              # response header v1: correlation id, tagged fields
+    pos += 4                                        # throttle_time_ms
+    brokers, pos = _uvarint(body, pos)              # compact array: length + 1
+    for _ in range(brokers - 1):
+        pos += 4                                    # node_id
+        length, pos = _uvarint(body, pos)           # host: compact string
+        pos += length - 1 + 4                       # ... and port
+        length, pos = _uvarint(body, pos)           # rack: compact nullable string (0: null)
+        pos = _skip_tagged_fields(body, pos + max(length - 1, 0))
+    length, pos = _uvarint(body, pos)               # cluster_id: compact nullable string
+    return pos + max(length - 1, 0)
+
+
+def metadata_key(body: bytes) -> bytes:
+    """A Metadata v12 response without its correlation id and controller_id: equal keys, equal answers."""
+    try:
+        at = controller_id_offset(body)
+    except IndexError:
+        return body[4:]
+    return body[4:at] + body[at + 4:]
+
+
+def metadata_key_checked(body: bytes, meta: Any) -> bool:
+    """metadata_key found controller_id where the decoded answer has it: the cluster id just before it, the
+    controller id in it, the number of topics just after it. Otherwise the answer is not kept for reuse."""
+    try:
+        at = controller_id_offset(body)
+        topics, _ = _uvarint(body, at + 4)
+    except IndexError:
+        return False
+    cluster_id = (meta.cluster_id or "").encode()
+    return (body[at - len(cluster_id):at] == cluster_id and struct.unpack_from(">i", body, at)[0] == meta.controller_id
+            and topics - 1 == len(meta.topics))
+
+
 class ClusterReader:
     """Reads the cluster every interval through one connection per broker, each request under `timeout_s`."""
 
@@ -114,6 +173,8 @@ class ClusterReader:
         self.log_start_offsets: dict[TopicPartition, int] = {}
         self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="isrwatch-collect")
         self._offset_requests: dict[tuple[int, int, int], tuple[list[TopicPartition], PreEncoded]] = {}
+        self._last_metadata: tuple[bytes, Any] | None = None   # (metadata_key, decoded) of the last full answer
+        self._last_partitions: tuple[Any, dict[TopicPartition, Partition]] | None = None
 
     def close(self) -> None:
         for conn in self.connections.values():
@@ -179,7 +240,7 @@ class ClusterReader:
                 return ClusterView(now_ms, self.cluster_id, {}, not_answering, {}, {}, {}, {}, self.elr_enabled, steps)
         steps["metadata"] = (time.perf_counter() - t0) * 1000
         brokers = self._learn_brokers(meta)
-        partitions = self._partitions(meta)
+        partitions = self._partitions_of(meta)
         self._reads += 1
         new_topics = {tp[0] for tp in partitions} - set(self.topic_configs)
         alive = set(answered)
@@ -205,13 +266,30 @@ class ClusterReader:
                            self.elr_enabled, steps)
 
     def _metadata(self, node: int, all_topics: bool) -> Any:
-        """The node's Metadata answer (every topic, or none: topics=[] asks only for the brokers), or why not."""
+        """The node's Metadata answer (every topic, or none: topics=[] asks only for the brokers), or why not.
+        An answer for every topic that is byte for byte the previous one is the previous decoded answer."""
+        request = MetadataRequest(topics=None if all_topics else [], allow_auto_topic_creation=False)
         try:
-            return self.connections[node].request(
-                MetadataRequest(topics=None if all_topics else [], allow_auto_topic_creation=False),
-                MetadataResponse, METADATA_VERSION)
+            if not all_topics:
+                return self.connections[node].request(request, MetadataResponse, METADATA_VERSION)
+            body = self.connections[node].request_bytes(request, METADATA_VERSION)
         except BrokerUnavailable as e:
             return str(e)
+        # Decoding an answer for 3,000 partitions costs ~20 ms of Python and building the partitions from it ~15
+        # ms; most intervals the answer is the previous one. KRaft brokers put a random broker in controller_id,
+        # so the answers are compared without it (metadata_key).
+        key = metadata_key(body)
+        if self._last_metadata is not None and self._last_metadata[0] == key:
+            return self._last_metadata[1]
+        meta = MetadataResponse.decode(body, version=METADATA_VERSION, header=True)
+        self._last_metadata = (key if metadata_key_checked(body, meta) else b"", meta)
+        return meta
+
+    def _partitions_of(self, meta: Any) -> dict[TopicPartition, Partition]:
+        """_partitions(meta), kept for the last answer: the same decoded answer gives the same partitions."""
+        if self._last_partitions is None or self._last_partitions[0] is not meta:
+            self._last_partitions = (meta, self._partitions(meta))
+        return dict(self._last_partitions[1])
 
     @staticmethod
     def _partitions(meta: Any) -> dict[TopicPartition, Partition]:
@@ -226,7 +304,15 @@ class ClusterReader:
         return dict(sorted(out.items()))
 
     def _with_elr(self, node: int, partitions: dict[TopicPartition, Partition]) -> dict[TopicPartition, Partition]:
-        topics = sorted({tp[0] for tp in partitions})
+        # Only the topics where a partition can have eligible leader replicas are asked. Kafka's controller
+        # (PartitionChangeBuilder.maybePopulateTargetElr) clears the ELR whenever the ISR is at least
+        # min.insync.replicas and otherwise takes it from the previous ISR and ELR less the new ISR: a partition
+        # whose ISR holds every replica and reaches the topic's min ISR has none, and asking for it (3,000
+        # partitions decoded again in Python, ~30 ms) would only return the empty ELR the Metadata view has.
+        topics = sorted({tp[0] for tp, p in partitions.items() if len(p.isr) < max(
+            len(p.replicas), self._min_isr(tp[0]))})
+        if not topics:
+            return partitions
         elr: dict[TopicPartition, tuple[int, ...]] = {}
         cursor = None
         try:
@@ -248,6 +334,10 @@ class ClusterReader:
         return {tp: (p if elr.get(tp, p.elr) == p.elr else Partition(p.topic, p.partition, p.leader, p.leader_epoch,
                                                                      p.replicas, p.isr, elr[tp], p.offline_replicas))
                 for tp, p in partitions.items()}
+
+    def _min_isr(self, topic: str) -> int:
+        config = self.topic_configs.get(topic)
+        return config.min_insync_replicas if config is not None else 2**31  # unknown: always asked
 
     def _offsets_by_leader(self, partitions: dict[TopicPartition, Partition], alive: set[int], replica_id: int,
                            timestamp: int) -> dict[TopicPartition, int]:

@@ -15,7 +15,7 @@ def write_json_atomic(path: Path, data: Mapping[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     # json.dumps, not json.dump: dump streams through the pure-Python encoder, dumps uses the C one (the same
-    # text, ~10x faster: a 3,000-partition state file costs ~15 ms instead of ~150 ms every interval).
+    # text; a 3,000-partition state file costs ~14 ms of CPU instead of ~90 ms, every interval).
     text = json.dumps(data, separators=(",", ":"))
     with open(tmp, "w") as f:
         f.write(text)

@@ -25,8 +25,8 @@ class PreEncoded:
     """A request whose body is encoded once and sent again and again, only its header (correlation id) new.
 
     kafka-python builds and encodes a request field by field in Python: a ListOffsets for 3,000 partitions costs
-    ~10 ms to build and ~10 ms to encode, every interval, for the same partitions. `BrokerConnection.request`
-    takes this in place of the message: the bytes on the wire are the same.
+    20-35 ms of CPU to build and encode, every interval, for the same partitions (0.2 ms pre-encoded).
+    `BrokerConnection.request` takes this in place of the message: the bytes on the wire are the same.
     """
 
     def __init__(self, message: Any, version: int) -> None:
@@ -71,13 +71,19 @@ class BrokerConnection:
 
     def request(self, message: Any, response_class: Any, version: int) -> Any:
         """Send `message` at `version` and return the decoded response; BrokerUnavailable within the timeout."""
-        with self._lock:
-            return self._request(message, response_class, version)
+        return response_class.decode(self.request_bytes(message, version), version=version, header=True)
 
-    def _request(self, message: Any, response_class: Any, version: int) -> Any:
+    def request_bytes(self, message: Any, version: int) -> bytes:
+        """Send `message` at `version` and return the response undecoded (its header first, the correlation id
+        checked); BrokerUnavailable within the timeout."""
+        with self._lock:
+            return self._exchange(message, version)
+
+    def _exchange(self, message: Any, version: int) -> bytes:
+        """Send the request and return the response's bytes (its header first), checked to be this request's."""
         deadline = time.monotonic() + self.timeout_s
         self._correlation_id = (self._correlation_id + 1) % 2**31
-        if isinstance(message, PreEncoded) and message.API_VERSION != version:
+        if isinstance(message, PreEncoded) and version != message.API_VERSION:
             raise ValueError(f"request encoded at version {message.API_VERSION}, asked to send at {version}")
         message.API_VERSION = version
         message.with_header(correlation_id=self._correlation_id, client_id=CLIENT_ID)
@@ -91,11 +97,11 @@ class BrokerConnection:
         except (OSError, BrokerUnavailable) as e:
             self.close()
             raise BrokerUnavailable(f"broker {self.address}: {e or type(e).__name__}") from e
-        response = response_class.decode(body, version=version, header=True)
-        if response.header.correlation_id != self._correlation_id:
+        # Every response header starts with the request's correlation id (int32).
+        if len(body) < 4 or struct.unpack_from(">i", body)[0] != self._correlation_id:
             self.close()
             raise BrokerUnavailable(f"broker {self.address}: response out of order")
-        return response
+        return body
 
     def _connected(self, deadline: float) -> socket.socket:
         if self._sock is None:

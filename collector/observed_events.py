@@ -63,7 +63,7 @@ class Remembered:
 
     def to_json(self) -> dict[str, Any]:
         # What dataclasses.asdict gives (the fields in order, the lists copied) without its recursive deep copy,
-        # which cost ~30 ms of CPU per interval at 3,000 partitions.
+        # which cost ~100 ms of CPU per interval at 3,000 partitions (~7 ms this way).
         out = dict(self.__dict__)
         for name in _REMEMBERED_LISTS:
             out[name] = list(out[name])

@@ -1,0 +1,153 @@
+"""The collector's shortcuts (bench/collect.py, docs/benchmarks.md) give what the long way gives."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any
+
+import pytest
+from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.metadata.metadata import MetadataResponse
+
+from collector.cluster_view import (
+    METADATA_VERSION,
+    ClusterReader,
+    Partition,
+    TopicConfig,
+    metadata_key,
+    metadata_key_checked,
+)
+from collector.kafka_wire import PreEncoded
+from collector.observed_events import Remembered, partition_events
+
+
+def list_offsets(partitions: int) -> ListOffsetsRequest:
+    lt = ListOffsetsRequest.ListOffsetsTopic
+    return ListOffsetsRequest(replica_id=-2, isolation_level=0, topics=[
+        lt(name=f"t{t}", partitions=[lt.ListOffsetsPartition(partition_index=p, timestamp=-1)
+                                     for p in range(partitions)])
+        for t in range(3)])
+
+
+@pytest.mark.parametrize("version", [1, 5, 8])
+def test_a_pre_encoded_request_sends_the_bytes_the_message_encodes_to(version: int) -> None:
+    pre = PreEncoded(list_offsets(50), version)
+    for correlation_id in (1, 2, 70_000):
+        message = list_offsets(50)
+        message.API_VERSION = version
+        message.with_header(correlation_id=correlation_id, client_id="isrwatch-collect")
+        pre.API_VERSION = version
+        pre.with_header(correlation_id=correlation_id, client_id="isrwatch-collect")
+        assert pre.encode(header=True, framed=True) == bytes(message.encode(header=True, framed=True))
+
+
+def metadata_body(controller_id: int, isr: list[int], correlation_id: int = 7) -> bytes:
+    broker = MetadataResponse.MetadataResponseBroker
+    topic = MetadataResponse.MetadataResponseTopic
+    part = topic.MetadataResponsePartition
+    response = MetadataResponse(
+        throttle_time_ms=0, cluster_id="P7D0XCJJMY4TWfb4RZJ36w", controller_id=controller_id,
+        brokers=[broker(node_id=b, host="127.0.0.1", port=9000 + b, rack=None if b == 2 else f"rack-{b}")
+                 for b in (1, 2, 3)],
+        topics=[topic(error_code=0, name="orders", is_internal=False, partitions=[
+            part(error_code=0, partition_index=p, leader_id=1, leader_epoch=4, replica_nodes=[1, 2, 3],
+                 isr_nodes=isr, offline_replicas=[]) for p in range(4)])])
+    response.API_VERSION = METADATA_VERSION
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True))
+
+
+def test_metadata_answers_differing_only_in_correlation_and_controller_id_share_a_key() -> None:
+    a, b = metadata_body(1, [1, 2, 3], correlation_id=7), metadata_body(3, [1, 2, 3], correlation_id=8)
+    assert a != b and metadata_key(a) == metadata_key(b)
+    assert metadata_key(metadata_body(1, [1, 2])) != metadata_key(a), "an ISR change is a new answer"
+    for body in (a, b):
+        assert metadata_key_checked(body, MetadataResponse.decode(body, version=METADATA_VERSION, header=True))
+
+
+def test_a_metadata_key_that_does_not_match_the_decoded_answer_is_refused() -> None:
+    body = metadata_body(2, [1, 2, 3])
+    meta = MetadataResponse.decode(body, version=METADATA_VERSION, header=True)
+    meta.controller_id = 3
+    assert not metadata_key_checked(body, meta)
+    assert metadata_key(body[:20]) == body[4:20], "a truncated answer is its own key"
+
+
+class FakeConnection:
+    def __init__(self, bodies: list[bytes]) -> None:
+        self.bodies = bodies
+
+    def request_bytes(self, message: Any, version: int) -> bytes:
+        return self.bodies.pop(0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_reader_reuses_a_metadata_answer_only_when_it_is_the_same() -> None:
+    reader = ClusterReader(["127.0.0.1:1"])
+    reader.connections = {1: FakeConnection([metadata_body(1, [1, 2, 3]), metadata_body(2, [1, 2, 3], 9),
+                                             metadata_body(2, [1, 3], 10)])}  # type: ignore[dict-item]
+    first = reader._metadata(1, True)
+    again = reader._metadata(1, True)
+    changed = reader._metadata(1, True)
+    assert again is first
+    assert changed is not first and [p.isr_nodes for p in changed.topics[0].partitions] == [[1, 3]] * 4
+    partitions = reader._partitions_of(changed)
+    assert partitions == ClusterReader._partitions(changed)
+    assert reader._partitions_of(changed) == partitions and reader._partitions_of(changed) is not partitions
+    reader.close()
+
+
+def test_eligible_leader_replicas_are_asked_only_where_a_partition_can_have_them() -> None:
+    asked: list[Any] = []
+
+    class Answers:
+        def request(self, message: Any, response_class: Any, version: int) -> Any:
+            asked.append([t.name for t in message.topics])
+            raise_unavailable()
+
+        def close(self) -> None:
+            pass
+
+    def raise_unavailable() -> None:
+        from collector.kafka_wire import BrokerUnavailable
+
+        raise BrokerUnavailable("no answer")
+
+    reader = ClusterReader(["127.0.0.1:1"])
+    reader.connections = {1: Answers()}  # type: ignore[dict-item]
+    config = TopicConfig(partitions=1, replication_factor=3, min_insync_replicas=2,
+                         unclean_leader_election_enable=False, segment_bytes=1, retention_ms=1, flush_messages=1)
+    reader.topic_configs = {"whole": config, "shrunk": config, "capped": TopicConfig(**{**asdict(config),
+                                                                                          "min_insync_replicas": 4})}
+    whole = Partition("whole", 0, 1, 0, (1, 2, 3), (1, 2, 3), (), ())
+    parts = {("whole", 0): whole, ("capped", 0): Partition("capped", 0, 1, 0, (1, 2, 3), (1, 2, 3), (), ()),
+             ("shrunk", 0): Partition("shrunk", 0, 1, 0, (1, 2, 3), (1,), (), ()),
+             ("unknown", 0): Partition("unknown", 0, 1, 0, (1, 2, 3), (1, 2, 3), (), ())}
+    assert reader._with_elr(1, parts) == parts
+    assert asked == [["capped", "shrunk", "unknown"]]
+    asked.clear()
+    assert reader._with_elr(1, {("whole", 0): whole}) == {("whole", 0): whole} and asked == []
+    reader.close()
+
+
+def test_remembered_to_json_is_asdict() -> None:
+    r = Remembered(leader=1, leader_epoch=2, isr=[1, 2], elr=[3], replicas=[1, 2, 3], partition_epoch=4,
+                   high_watermark=5, log_start_offset=6, recovering=True)
+    out = r.to_json()
+    assert out == asdict(r) and list(out) == [f.name for f in fields(Remembered)]
+    out["isr"].append(9)
+    assert r.isr == [1, 2], "the lists are copies"
+    assert Remembered.from_json(r.to_json()) == r
+
+
+def test_an_unchanged_partition_has_no_events_and_a_reordered_isr_is_still_compared() -> None:
+    before = Remembered(leader=1, leader_epoch=2, isr=[1, 2, 3], elr=[], replicas=[1, 2, 3], partition_epoch=0,
+                        high_watermark=10, log_start_offset=0)
+    same = Partition("t", 0, 1, 2, (1, 2, 3), (1, 2, 3), (), ())
+    assert partition_events(1, ("t", 0), before, same, 10) == []
+    assert partition_events(1, ("t", 0), before, Partition("t", 0, 1, 2, (1, 2, 3), (3, 1, 2), (), ()), 10) == []
+    shrunk = partition_events(1, ("t", 0), before, Partition("t", 0, 1, 2, (1, 2, 3), (1, 2), (), ()), 10)
+    assert [(e.event_type, e.detail["removed"]) for e in shrunk] == [("isr_shrink", [3])]
+
