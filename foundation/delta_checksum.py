@@ -102,15 +102,18 @@ def _write_atomically(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def write_with_checksum(path: str, rows: pa.Table, **write_args: Any) -> int:
+def write_with_checksum(path: str, rows: pa.Table, *, table: DeltaTable | None = None, **write_args: Any) -> int:
     """`write_deltalake(path, rows, **write_args)`, then the new version's checksum; the version committed.
-    Checksums are written only on a local file system (a plain path or file: URI)."""
-    try:
-        table: DeltaTable | str = DeltaTable(path)
-    except TableNotFoundError:
-        table = path
-    write_deltalake(table, rows, **write_args)
-    version = (table if isinstance(table, DeltaTable) else DeltaTable(path)).version()
+    `table`, the table at `path` already open, saves opening it (a log replay since the last checkpoint); the
+    write brings it to the new version. Checksums are written only on a local file system (a plain path or
+    file: URI)."""
+    if table is None:
+        try:
+            table = DeltaTable(path)
+        except TableNotFoundError:
+            table = None
+    write_deltalake(table if table is not None else path, rows, **write_args)
+    version = (table if table is not None else DeltaTable(path)).version()
     parts = urlsplit(path)
     if parts.scheme in ("", "file"):
         write_checksum(parts.path if parts.scheme else path, version)
