@@ -565,8 +565,10 @@ def main() -> int:
     if not set(fault_brokers) <= {1, 2, 3}:
         ap.error("--fault-brokers takes broker ids 1..3")
 
-    # SIGTERM ends the bench as Ctrl-C does: through the finally below, which stops every JVM it started.
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    # Ctrl-C and SIGTERM end the bench through the finally below, which stops every JVM it started (SIGINT's
+    # handler is set too: a shell starting the bench in the background would have it ignored).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     if args.wait_quiet > 0:
         wait_quiet(args.wait_quiet)
     workdir = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="isrwatch-bench-collect-"))

@@ -2,7 +2,8 @@
 
 Per interval: a Metadata request to every broker (the first to answer, lowest id first, gives the partition
 view; the others' answers say they are alive), DescribeTopicPartitions to that broker for the eligible
-leader replicas when ELR is on (Metadata does not carry them), ListOffsets to each leader for its
+leader replicas when ELR is on (Metadata does not carry them; its answer, leader, ISR and ELR of one moment,
+replaces the Metadata's for the partitions it covers), ListOffsets to each leader for its
 partitions' high watermarks, and ListOffsets as a debugging replica (replica id -2) to every broker for the
 log end offset of each replica it hosts: Kafka answers that one from a follower's own log too, with the log
 end offset rather than the high watermark. The requests grow with brokers, not partitions. Topic configs
@@ -313,7 +314,11 @@ class ClusterReader:
             len(p.replicas), self._min_isr(tp[0]))})
         if not topics:
             return partitions
-        elr: dict[TopicPartition, tuple[int, ...]] = {}
+        # The answer carries each partition's leader, epoch, replicas and ISR beside its ELR, from one moment of the
+        # broker's metadata: they replace the Metadata answer's, which is older (the other brokers' Metadata
+        # answers, up to a timeout, are waited for in between). An ELR from one answer beside an ISR from the other
+        # could show a replica in both, which Kafka never does.
+        fresh: dict[TopicPartition, Partition] = {}
         cursor = None
         try:
             while True:
@@ -322,18 +327,21 @@ class ClusterReader:
                     response_partition_limit=2000, cursor=cursor)
                 resp = self.connections[node].request(req, DescribeTopicPartitionsResponse, 0)
                 for t in resp.topics:
+                    if t.error_code != 0:
+                        continue
                     for p in t.partitions:
-                        elr[(t.name, p.partition_index)] = tuple(p.eligible_leader_replicas or ())
+                        if p.error_code == 0:
+                            fresh[(t.name, p.partition_index)] = Partition(
+                                t.name, p.partition_index, p.leader_id, max(p.leader_epoch, 0),
+                                tuple(p.replica_nodes), tuple(p.isr_nodes), tuple(p.eligible_leader_replicas or ()),
+                                tuple(p.offline_replicas or ()))
                 if resp.next_cursor is None:
                     break
                 cursor = DescribeTopicPartitionsRequest.Cursor(topic_name=resp.next_cursor.topic_name,
                                                                partition_index=resp.next_cursor.partition_index)
         except BrokerUnavailable:
             return partitions  # ELR unknown this interval: reported empty rather than guessed
-        # Only a partition whose ELR differs from the metadata's (empty) one is rebuilt: equal Partitions either way.
-        return {tp: (p if elr.get(tp, p.elr) == p.elr else Partition(p.topic, p.partition, p.leader, p.leader_epoch,
-                                                                     p.replicas, p.isr, elr[tp], p.offline_replicas))
-                for tp, p in partitions.items()}
+        return {tp: fresh.get(tp, p) for tp, p in partitions.items()}
 
     def _min_isr(self, topic: str) -> int:
         config = self.topic_configs.get(topic)

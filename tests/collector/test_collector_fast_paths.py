@@ -151,3 +151,34 @@ def test_an_unchanged_partition_has_no_events_and_a_reordered_isr_is_still_compa
     shrunk = partition_events(1, ("t", 0), before, Partition("t", 0, 1, 2, (1, 2, 3), (1, 2), (), ()), 10)
     assert [(e.event_type, e.detail["removed"]) for e in shrunk] == [("isr_shrink", [3])]
 
+
+
+def test_the_describe_topic_partitions_answer_replaces_the_older_metadata_of_a_partition() -> None:
+    """Metadata said leader 3, ISR [1, 3]; by the DescribeTopicPartitions answer broker 3 had left the ISR (ISR [1],
+    ELR [3], leader 1): the partition is the latter, whole, never ISR [1, 3] with ELR [3]."""
+    from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse
+
+    topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
+    part = topic.DescribeTopicPartitionsResponsePartition
+    answer = DescribeTopicPartitionsResponse(throttle_time_ms=0, next_cursor=None, topics=[
+        topic(error_code=0, name="orders", is_internal=False, partitions=[
+            part(error_code=0, partition_index=0, leader_id=1, leader_epoch=5, replica_nodes=[2, 3, 1], isr_nodes=[1],
+                 eligible_leader_replicas=[3], last_known_elr=None, offline_replicas=[]),
+            part(error_code=9, partition_index=1, leader_id=-1, leader_epoch=-1, replica_nodes=[], isr_nodes=[],
+                 eligible_leader_replicas=None, last_known_elr=None, offline_replicas=[])])])
+
+    class Answers:
+        def request(self, message: Any, response_class: Any, version: int) -> Any:
+            return answer
+
+        def close(self) -> None:
+            pass
+
+    reader = ClusterReader(["127.0.0.1:1"])
+    reader.connections = {1: Answers()}  # type: ignore[dict-item]
+    older = {("orders", 0): Partition("orders", 0, 3, 4, (2, 3, 1), (1, 3), (), ()),
+             ("orders", 1): Partition("orders", 1, 3, 4, (2, 3, 1), (1, 3), (), ())}
+    view = reader._with_elr(1, older)
+    assert view[("orders", 0)] == Partition("orders", 0, 1, 5, (2, 3, 1), (1,), (3,), ())
+    assert view[("orders", 1)] == older[("orders", 1)], "a partition the answer has an error for keeps its metadata"
+    reader.close()
