@@ -37,235 +37,49 @@ import logging
 import os
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
     Consumer,
-    ElectionType,
     KafkaError,
     KafkaException,
     Message,
     Producer,
-    TopicCollection,
     TopicPartition,
 )
 from confluent_kafka.admin import (
     AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    NewPartitions,
-    NewTopic,
-    ResourceType,
 )
 
+from collector.canary_leaders import keep_preferred_leaders
+from collector.canary_read import Counters, ReadBack
 from collector.canary_state import (
     CanaryInterval,
-    CanaryRecord,
     CanaryState,
-    Duplicate,
     LatencySummary,
-    LostRecords,
     PartitionInterval,
-    ReadOutcome,
     decode_value,
     encode_value,
-    write_json_atomic,
 )
+from collector.canary_topic import (
+    LIBRDKAFKA_LOGGER,
+    SEQ_RESTART_GAP,
+    CanaryConfig,
+    CanaryError,
+    TopicLayout,
+    ensure_topic,
+    kafka_error_name,
+    wall_ms,
+)
+from collector.json_file import write_json_atomic
 
-__all__ = ["DEFAULT_TOPIC", "Canary", "CanaryConfig", "CanaryError", "CanaryInterval", "Duplicate", "LatencySummary",
-           "LostRecords", "PartitionInterval", "decode_value", "encode_value", "kafka_error_name"]
+__all__ = ["Canary"]
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TOPIC = "__isrwatch_canary"
-LIBRDKAFKA_LOGGER = "collector.canary.librdkafka"
-# After a restart the sequence numbers continue this far above the saved next one, so that records a crashed
-# canary wrote after its last save can never be taken for the new ones.
-SEQ_RESTART_GAP = 1 << 32
-# librdkafka error names that differ from Kafka's (Errors.java), for the codes a producer can get.
-_KAFKA_NAMES = {2: "CORRUPT_MESSAGE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 4: "INVALID_FETCH_SIZE",
-                6: "NOT_LEADER_OR_FOLLOWER", 10: "MESSAGE_TOO_LARGE", 11: "STALE_CONTROLLER_EPOCH",
-                17: "INVALID_TOPIC_EXCEPTION"}
-
-
-class CanaryError(Exception):
-    """Raised when the canary cannot set up its topic or clients, or one of its worker threads has failed."""
-
-
-def kafka_error_name(error: KafkaError) -> str:
-    """Kafka's name for a broker error code (librdkafka's where Kafka has none, e.g. `_MSG_TIMED_OUT`)."""
-    return _KAFKA_NAMES.get(error.code(), error.name())
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-@dataclass(frozen=True)
-class CanaryConfig:
-    """The canary's settings; every duration in ms, the rate in records per second per partition."""
-
-    bootstrap_servers: str
-    topic: str = DEFAULT_TOPIC
-    records_per_second: float = 10.0
-    min_insync_replicas: int = 2
-    replication_factor: int | None = None          # None: the number of brokers
-    topic_config: Mapping[str, str] = field(default_factory=dict)   # e.g. unclean.leader.election.enable
-    delivery_timeout_ms: int = 5_000               # librdkafka message.timeout.ms: a refusal is known by then
-    request_timeout_ms: int = 3_000                # how long a broker may hold an acks=all produce
-    retries: int = 1
-    leader_grace_ms: int = 30_000                  # leadership off its preferred broker this long is moved back
-    metadata_interval_ms: int = 1_000
-    admin_timeout_ms: int = 5_000
-    verify_horizon_ms: int = 3_600_000             # acknowledged records are watched this long
-    client_config: Mapping[str, str] = field(default_factory=dict)  # extra librdkafka settings (security, ...)
-    librdkafka_logger: logging.Logger | None = None  # None: a quiet one (LIBRDKAFKA_LOGGER, no output)
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers:
-            raise ValueError(f"bootstrap_servers must be a non-empty string, got {self.bootstrap_servers!r}")
-        if not isinstance(self.topic, str) or not self.topic:
-            raise ValueError(f"topic must be a non-empty string, got {self.topic!r}")
-        if not self.records_per_second > 0:
-            raise ValueError(f"records_per_second must be > 0, got {self.records_per_second!r}")
-        if self.min_insync_replicas < 1:
-            raise ValueError(f"min_insync_replicas must be >= 1, got {self.min_insync_replicas!r}")
-        if self.replication_factor is not None and self.replication_factor < 1:
-            raise ValueError(f"replication_factor must be >= 1 or None, got {self.replication_factor!r}")
-        if self.retries < 1:
-            raise ValueError(f"retries must be >= 1 (the idempotent producer needs it), got {self.retries!r}")
-        for name in ("delivery_timeout_ms", "request_timeout_ms", "leader_grace_ms", "metadata_interval_ms",
-                     "admin_timeout_ms", "verify_horizon_ms"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        if "min.insync.replicas" in self.topic_config:
-            raise ValueError("topic_config must not set min.insync.replicas: use min_insync_replicas")
-
-
-# ---- the canary topic ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class TopicLayout:
-    """The canary topic as the cluster describes it: replicas in assignment order, leader (-1: none), ISR."""
-
-    topic_id: str
-    replicas: dict[int, list[int]]
-    leaders: dict[int, int]
-    isr: dict[int, list[int]]
-
-
-def describe_layout(admin: AdminClient, topic: str, timeout_s: float) -> TopicLayout | None:
-    """The topic's layout, or None if it does not exist. Raises KafkaException or TimeoutError."""
-    future = admin.describe_topics(TopicCollection([topic]), request_timeout=timeout_s)[topic]
-    try:
-        desc = future.result(timeout=timeout_s + 1)
-    except KafkaException as e:
-        if e.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return None
-        raise
-    return TopicLayout(
-        str(desc.topic_id),
-        {p.id: [n.id for n in p.replicas] for p in desc.partitions},
-        {p.id: -1 if p.leader is None else p.leader.id for p in desc.partitions},
-        {p.id: [n.id for n in p.isr] for p in desc.partitions})
-
-
-def metadata_layout(client: AdminClient | Producer | Consumer, topic: str, timeout_s: float) -> TopicLayout | None:
-    """The topic's layout from a Metadata request to any live broker (topic_id ''), or None if the topic is
-    unknown. librdkafka sends DescribeTopics to the cluster's `controller` broker, which in KRaft is one
-    broker picked at random and stalls the request when that broker is dead or paused; this does not.
-    Raises KafkaException."""
-    topic_meta = client.list_topics(topic, timeout=timeout_s).topics.get(topic)
-    if topic_meta is None or topic_meta.error is not None or not topic_meta.partitions:
-        return None
-    partitions = topic_meta.partitions.values()
-    return TopicLayout("", {p.id: list(p.replicas) for p in partitions}, {p.id: p.leader for p in partitions},
-                       {p.id: list(p.isrs) for p in partitions})
-
-
-def rotated_assignment(brokers: list[int], replication_factor: int, first: int = 0) -> list[int]:
-    """Replicas of the partition whose preferred leader is brokers[first]: the brokers from there on, in turn."""
-    return [brokers[(first + k) % len(brokers)] for k in range(replication_factor)]
-
-
-def ensure_topic(admin: AdminClient, config: CanaryConfig, brokers: list[int], timeout_s: float) -> TopicLayout:
-    """Create the canary topic (partition i led by the i-th broker) or bring an existing one in line: its configs
-    set, a partition added for each broker that is the preferred leader of none. Waits until every partition has
-    a leader. Raises CanaryError."""
-    topic = config.topic
-    rf = config.replication_factor or len(brokers)
-    if rf > len(brokers):
-        raise CanaryError(f"replication_factor {rf} exceeds the {len(brokers)} brokers of the cluster")
-    configs = {"min.insync.replicas": str(config.min_insync_replicas), **config.topic_config}
-    try:
-        layout = describe_layout(admin, topic, timeout_s)
-        if layout is None:
-            assignment = [rotated_assignment(brokers, rf, i) for i in range(len(brokers))]
-            new_topic = NewTopic(topic, len(assignment), replica_assignment=assignment, config=configs)
-            future = admin.create_topics([new_topic], request_timeout=timeout_s)[topic]
-            try:
-                future.result(timeout=timeout_s + 1)
-            except KafkaException as e:
-                if e.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:   # another collector was quicker
-                    raise
-            partitions = len(brokers)
-        else:
-            _set_topic_configs(admin, topic, configs, timeout_s)
-            led = {replicas[0] for replicas in layout.replicas.values() if replicas}
-            added = [rotated_assignment(brokers, rf, i) for i, b in enumerate(brokers) if b not in led]
-            partitions = len(layout.replicas) + len(added)
-            if added:
-                log.info("canary topic %s: adding partitions led by %s", topic, [a[0] for a in added])
-                admin.create_partitions([NewPartitions(topic, partitions, replica_assignment=added)],
-                                        request_timeout=timeout_s)[topic].result(timeout=timeout_s + 1)
-        deadline = time.monotonic() + 6 * timeout_s
-        while True:
-            layout = describe_layout(admin, topic, timeout_s)
-            if layout is not None and len(layout.leaders) >= partitions and min(layout.leaders.values()) >= 0:
-                return layout
-            if time.monotonic() > deadline:
-                raise CanaryError(f"canary topic {topic}: not every partition has a leader: {layout}")
-            time.sleep(0.2)
-    except (KafkaException, TimeoutError) as e:
-        raise CanaryError(f"canary topic {topic}: {e!r}") from e
-
-
-def _set_topic_configs(admin: AdminClient, topic: str, configs: Mapping[str, str], timeout_s: float) -> None:
-    resource = ConfigResource(ResourceType.TOPIC, topic)
-    current = next(iter(admin.describe_configs([resource], request_timeout=timeout_s).values())).result(
-        timeout=timeout_s + 1)
-    changes = {k: v for k, v in configs.items() if k not in current or current[k].value != v}
-    if changes:
-        log.info("canary topic %s: setting %s", topic, changes)
-        entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in changes.items()]
-        futures = admin.incremental_alter_configs([ConfigResource(ResourceType.TOPIC, topic,
-                                                                  incremental_configs=entries)],
-                                                  request_timeout=timeout_s)
-        next(iter(futures.values())).result(timeout=timeout_s + 1)
-
-
 # ---- the canary ----------------------------------------------------------------------------------
-
-@dataclass
-class _Counters:
-    sent: int = 0
-    acked: int = 0
-    failed: Counter[str] = field(default_factory=Counter)
-    confirmed: int = 0
-    lost: list[LostRecords] = field(default_factory=list)
-    duplicates: list[Duplicate] = field(default_factory=list)
-    unverified: int = 0
-    consumer_resets: int = 0
-    preferred_elections: int = 0
-    acked_without_offset: int = 0
-    produce_ms: list[int] = field(default_factory=list)
-    round_trip_ms: list[int] = field(default_factory=list)
-
 
 def _quiet_logger() -> logging.Logger:
     logger = logging.getLogger(LIBRDKAFKA_LOGGER)
@@ -275,7 +89,7 @@ def _quiet_logger() -> logging.Logger:
     return logger
 
 
-class Canary:
+class Canary(ReadBack):
     """`start()`, then once per collection interval `take_interval(now_ms)` and `save_state()`; `stop()`."""
 
     def __init__(self, config: CanaryConfig, lakehouse: str | os.PathLike[str]) -> None:
@@ -288,7 +102,7 @@ class Canary:
         self._lock = threading.Lock()
         self._state: CanaryState | None = None
         self._layout: TopicLayout | None = None
-        self._counters: dict[int, _Counters] = {}
+        self._counters: dict[int, Counters] = {}
         self._in_flight: dict[int, dict[int, int]] = {}   # partition -> seq -> produce wall ms
         self._read_early: dict[int, dict[int, tuple[int, int]]] = {}  # partition -> seq -> (offset, read ms)
         self._unplaced: dict[int, dict[int, tuple[int, int]]] = {}    # partition -> seq -> (acked ms, leader)
@@ -343,7 +157,7 @@ class Canary:
         partitions = sorted(self._layout.replicas)
         for p in partitions:
             ledger = self._state.ledger(p)
-            self._counters[p] = _Counters(unverified=self._counters[p].unverified if p in self._counters else 0)
+            self._counters[p] = Counters(unverified=self._counters[p].unverified if p in self._counters else 0)
             self._in_flight[p] = {}
             self._read_early[p] = {}
             self._unplaced[p] = {}
@@ -400,7 +214,7 @@ class Canary:
                     c.confirmed, c.unverified, len(self._in_flight[p]), ledger.unconfirmed, c.consumer_resets,
                     c.preferred_elections, LatencySummary.of(c.produce_ms), LatencySummary.of(c.round_trip_ms),
                     c.acked_without_offset))
-                self._counters[p] = _Counters()
+                self._counters[p] = Counters()
         return CanaryInterval(now_ms, self.config.topic, "all", tuple(rows))
 
     def save_state(self) -> Path:
@@ -468,7 +282,7 @@ class Canary:
             log.warning("canary state %s is for topic %s (id %s), not %s (id %s): starting afresh", path,
                         state.topic, state.topic_id, self.config.topic, layout.topic_id)
             for p, ledger in state.ledgers.items():
-                self._counters.setdefault(p, _Counters()).unverified += ledger.unconfirmed
+                self._counters.setdefault(p, Counters()).unverified += ledger.unconfirmed
             state = None
         if state is None:
             return CanaryState(cluster_id, self.config.topic, layout.topic_id, os.urandom(8).hex())
@@ -586,173 +400,13 @@ class Canary:
         self._producer = self._new_producer()
         log.info("canary producer replaced after %s", kafka_error_name(fatal))
 
-    def _rescan(self, partition: int) -> None:
-        """(lock held) Read the partition again from its oldest remembered record: evidence of a truncation
-        may concern any remembered record, read back or not."""
-        assert self._state is not None
-        first = self._state.ledger(partition).first_offset
-        if first is not None:
-            self._seeks[partition] = min(self._seeks.get(partition, first), first)
-
-    def _consume_loop(self) -> None:
-        assert self._consumer is not None
-        while not self._closing.is_set():
-            self._reposition()
-            messages = self._consumer.consume(num_messages=500, timeout=0.2)
-            if not messages:
-                continue
-            now = wall_ms()
-            with self._lock:
-                for message in messages:
-                    self._on_message(message, now)
-
-    def _on_message(self, message: Message, now: int) -> None:
-        assert self._state is not None
-        err, p, offset = message.error(), message.partition(), message.offset()
-        if err is not None:
-            if err.code() == KafkaError._AUTO_OFFSET_RESET and p is not None:
-                self._resets.add(p)
-                self._counters[p].consumer_resets += 1
-            else:
-                log.debug("canary consumer: %s", err.str())
-            return
-        if p is None or offset is None or p not in self._counters:
-            return
-        record = decode_value(message.value())
-        if record is None or record.instance_id != self._state.instance_id or record.partition != p:
-            record = None
-        elif record.seq in self._in_flight[p]:
-            # Read before its acknowledgement was handled (the leader answers the fetch and the produce when
-            # the high watermark passes it): judged when the acknowledgement comes.
-            self._read_early[p][record.seq] = (offset, now)
-            self._state.ledger(p).read_next = offset + 1
-            return
-        self._state.ledger(p).read_next = offset + 1
-        unplaced = None if record is None else self._unplaced[p].pop(record.seq, None)
-        if record is not None and unplaced is not None:
-            self._place_and_read(p, offset, record, *unplaced, now)
-        else:
-            self._apply_read(p, offset, record, now)
-
-    def _place_and_read(self, p: int, offset: int, record: CanaryRecord, acked_ms: int, leader: int,
-                        read_ms: int) -> None:
-        """(lock held) An acknowledgement without an offset, and the read that gives it one."""
-        assert self._state is not None
-        if not self._state.ledger(p).place(offset, record.seq, acked_ms, leader):
-            self._counters[p].unverified += 1   # read where the ledger's order has no room for it: not watched
-        self._apply_read(p, offset, record, read_ms)
-
-    def _apply_read(self, p: int, offset: int, record: CanaryRecord | None, read_ms: int) -> None:
-        """(lock held) The consumer read `record` (None: not one of this canary's) at `offset` at `read_ms`."""
-        assert self._state is not None
-        result = self._state.ledger(p).read(offset, None if record is None else record.seq, read_ms)
-        c = self._counters[p]
-        if result.outcome is ReadOutcome.CONFIRMED and record is not None:
-            c.confirmed += 1
-            c.round_trip_ms.append(read_ms - record.produce_ms)
-        elif result.outcome is ReadOutcome.OTHER_RECORD:
-            c.lost.extend(result.lost)
-            self._rescan(p)
-        dup = result.duplicate
-        if dup is not None and (p, dup.seq, dup.read_offset) not in self._duplicates_seen:
-            self._duplicates_seen.add((p, dup.seq, dup.read_offset))
-            c.duplicates.append(dup)
-
-    def _reposition(self) -> None:
-        """(consumer thread) Handle refused positions, pending re-reads and partitions to assign."""
-        assert self._consumer is not None and self._state is not None
-        topic = self.config.topic
-        with self._lock:
-            resets, self._resets = self._resets, set()
-        for p in resets:
-            try:
-                low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)
-            except KafkaException as e:
-                log.debug("canary consumer: watermarks of partition %d: %s", p, e)
-                with self._lock:
-                    self._resets.add(p)
-                continue
-            with self._lock:
-                ledger = self._state.ledger(p)
-                self._counters[p].unverified += ledger.forget_below(low)  # deleted by retention, not lost
-                first = ledger.first_offset
-                target = first if first is not None else min(ledger.read_next or high, high)
-                self._seeks[p] = max(low, min(self._seeks.get(p, target), target))
-        with self._lock:
-            seeks, self._seeks = self._seeks, {}
-            for p in list(self._unassigned):
-                first = self._state.ledger(p).first_offset
-                if first is not None:
-                    seeks[p] = min(seeks.get(p, first), first)
-        for p, offset in seeks.items():
-            try:
-                if p in self._unassigned:
-                    self._consumer.incremental_assign([TopicPartition(topic, p, offset)])
-                    self._unassigned.discard(p)
-                else:
-                    self._seek(p, offset)
-            except KafkaException as e:
-                log.debug("canary consumer: repositioning partition %d at %d: %s", p, offset, e)
-                with self._lock:
-                    self._seeks[p] = min(self._seeks.get(p, offset), offset)
-
-    def _seek(self, p: int, offset: int) -> None:
-        assert self._consumer is not None
-        tp = TopicPartition(self.config.topic, p, offset)
-        try:
-            self._consumer.seek(tp)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError._STATE:
-                raise
-            # Not fetching (stopped by auto.offset.reset=error after a refused position, or not started yet):
-            # assign it again at the offset.
-            self._consumer.incremental_unassign([TopicPartition(self.config.topic, p)])
-            self._consumer.incremental_assign([tp])
-
     def _metadata_loop(self) -> None:
-        drift_since: dict[int, float] = {}
-        last_election: dict[int, float] = {}
-        grace_s = self.config.leader_grace_ms / 1000
-        admin = self._admin
-        assert admin is not None
-        while not self._closing.wait(self.config.metadata_interval_ms / 1000):
-            admin.poll(0)   # serves librdkafka's log lines to the logger
-            try:
-                layout = metadata_layout(admin, self.config.topic, self._admin_s)
-            except (KafkaException, TimeoutError) as e:
-                log.debug("canary metadata: %s", e)
-                continue
-            if layout is None:
-                continue
-            now = time.monotonic()
-            elect = []
-            for p, leader in layout.leaders.items():
-                replicas = layout.replicas.get(p, [])
-                preferred = replicas[0] if replicas else -1
-                if leader != preferred and preferred in layout.isr.get(p, ()):
-                    since = drift_since.setdefault(p, now)
-                    if now - since >= grace_s and now - last_election.get(p, float("-inf")) >= grace_s:
-                        elect.append(p)
-                        last_election[p] = now
-                else:
-                    drift_since.pop(p, None)
-            with self._lock:
-                self._leaders.update(layout.leaders)
-                for p in elect:
-                    if p in self._counters:
-                        self._counters[p].preferred_elections += 1
-            if elect:
-                self._elect_preferred(admin, elect)
+        assert self._admin is not None
+        keep_preferred_leaders(self._admin, self.config, self._closing, self._admin_s, self._on_layout)
 
-    def _elect_preferred(self, admin: AdminClient, partitions: list[int]) -> None:
-        log.info("canary: moving leadership of %s %s back to the preferred leaders", self.config.topic, partitions)
-        try:
-            # No timeouts passed: confluent-kafka 2.16.1's elect_leaders rejects request_timeout and
-            # operation_timeout (a keyword-list bug in its C binding); the wait below bounds it instead.
-            future = admin.elect_leaders(ElectionType.PREFERRED,
-                                         [TopicPartition(self.config.topic, p) for p in partitions])
-            for tp, error in future.result(timeout=self._admin_s + 1).items():
-                if error is not None:
-                    log.info("canary: preferred election of partition %d: %s", tp.partition, error)
-        except (KafkaException, TimeoutError) as e:
-            log.info("canary: preferred election failed: %r", e)
+    def _on_layout(self, layout: TopicLayout, elected: list[int]) -> None:
+        with self._lock:
+            self._leaders.update(layout.leaders)
+            for p in elected:
+                if p in self._counters:
+                    self._counters[p].preferred_elections += 1

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from collector.canary import Canary, CanaryConfig, CanaryInterval
+from collector.canary import Canary
+from collector.canary_state import CanaryInterval
+from collector.canary_topic import CanaryConfig
 from collector.observed_events import Event
 
 LOSS_CAUSES = {("election", "unclean"): "unclean_election", ("election", "elr"): "elr_election",

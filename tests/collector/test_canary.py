@@ -1,4 +1,4 @@
-"""collector.canary: its ledger on its own, then the canary against a real Kafka 4.3.1 cluster (kafka_fixture).
+"""collector.canary against a real Kafka 4.3.1 cluster (kafka_fixture); its ledger alone is test_canary_ledger.py.
 
 One cluster serves the module (1 KRaft controller, brokers 1-3, replica.lag.time.max.ms 3000; the controller
 keeps its default broker.session.timeout.ms of 9 s, the fixture passing broker_config to brokers only); each
@@ -9,7 +9,6 @@ what the partition's log holds afterwards, read from the beginning by a plain co
 
 from __future__ import annotations
 
-import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -17,121 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
 
-from collector.canary import (
-    Canary,
-    CanaryConfig,
-    CanaryInterval,
-    decode_value,
-    describe_layout,
-    encode_value,
-    kafka_error_name,
-    metadata_layout,
-    rotated_assignment,
-    wall_ms,
-)
+from collector.canary import Canary
 from collector.canary_state import (
+    CanaryInterval,
     CanaryState,
-    CanaryStateError,
-    LatencySummary,
-    PartitionLedger,
-    ReadOutcome,
+    decode_value,
+)
+from collector.canary_topic import (
+    CanaryConfig,
+    describe_layout,
+    metadata_layout,
+    wall_ms,
 )
 from kafka_fixture import KafkaCluster
 from kafka_fixture.cluster import quiet_librdkafka_logger
-
-# ---- the ledger, no cluster ------------------------------------------------------------------------------
-
-
-def ledger_with(*acks: tuple[int, int], leader: int = 1) -> PartitionLedger:
-    ledger = PartitionLedger(0)
-    for offset, seq in acks:
-        assert ledger.acked(offset, seq, 1_000 + seq, leader) == []
-    return ledger
-
-
-def test_ack_at_a_lower_offset_loses_every_remembered_record_from_there() -> None:
-    ledger = ledger_with(*((10 + i, i) for i in range(6)))      # seqs 0-5 at offsets 10-15
-    assert ledger.read(10, 0, 2_000).outcome is ReadOutcome.CONFIRMED
-    assert ledger.read(11, 1, 2_000).outcome is ReadOutcome.CONFIRMED
-    lost = ledger.acked(11, 9, 3_000, leader=2)
-    assert [(x.first_offset, x.first_seq, x.count, x.leader, x.read_back, x.evidence) for x in lost] == [
-        (11, 1, 5, 1, 1, "acked_at_lower_offset")]
-    assert list(ledger.acked_records()) == [(10, 0), (11, 9)]
-    assert ledger.read(10, 0, 3_000).outcome is ReadOutcome.RECONFIRMED
-
-
-def test_another_record_at_an_acknowledged_offset_loses_it_and_the_older_ones_above() -> None:
-    ledger = ledger_with(*((i, i) for i in range(5)))
-    result = ledger.read(2, 7, 2_000)                           # a newer canary record where seq 2 was
-    assert result.outcome is ReadOutcome.OTHER_RECORD
-    assert [list(x.records()) for x in result.lost] == [[(2, 2), (3, 3), (4, 4)]]
-    assert [x.evidence for x in result.lost] == ["other_record_at_offset"]
-    foreign = ledger_with(*((i, i) for i in range(5)))
-    result = foreign.read(2, None, 2_000)                       # not a canary record: only that offset is known
-    assert [list(x.records()) for x in result.lost] == [[(2, 2)]]
-    assert list(foreign.acked_records()) == [(0, 0), (1, 1), (3, 3), (4, 4)]
-
-
-def test_a_record_read_at_another_offset_than_acknowledged_is_a_duplicate() -> None:
-    ledger = ledger_with((0, 0), (1, 1))
-    result = ledger.read(5, 1, 2_000)
-    assert result.outcome is ReadOutcome.UNKNOWN
-    assert result.duplicate is not None
-    assert (result.duplicate.acked_offset, result.duplicate.read_offset) == (1, 5)
-
-
-def test_an_acknowledgement_without_an_offset_is_remembered_where_its_record_is_read() -> None:
-    ledger = ledger_with((0, 0), (2, 2))
-    assert ledger.place(1, 1, 5_000, leader=3)
-    assert ledger.read(1, 1, 6_000).outcome is ReadOutcome.CONFIRMED
-    assert list(ledger.acked_records()) == [(0, 0), (1, 1), (2, 2)]
-    assert not ledger.place(5, 1, 5_000, leader=3)             # seq 1 cannot sit above seq 2
-    assert ledger.acked(1, 7, 7_000, leader=2)[0].leader == 3   # and it can be lost like any other
-
-
-def test_reading_past_unread_records_keeps_them_unconfirmed_and_expiry_counts_them_unverified() -> None:
-    ledger = ledger_with(*((i, i) for i in range(4)))
-    assert ledger.read(2, 2, 2_000).outcome is ReadOutcome.CONFIRMED
-    assert ledger.unconfirmed == 3
-    assert ledger.forget_below(1) == 1                          # offset 0: deleted by retention, never read
-    assert ledger.expire(cutoff_ms=10_000) == 2                 # offsets 1 and 3 forgotten unread
-    assert ledger.remembered == 0
-
-
-def test_state_round_trips_through_json_and_a_corrupt_file_is_named(tmp_path: Path) -> None:
-    state = CanaryState("cluster", "topic", "topic-id", "00112233aabbccdd")
-    state.ledgers[0] = ledger_with((5, 0), (6, 1), (9, 2))
-    state.ledgers[0].next_seq = 3
-    state.ledgers[0].read_next = 7
-    path = tmp_path / "canary_state.json"
-    state.save(path)
-    again = CanaryState.load(path)
-    assert again is not None
-    assert again.to_json() == state.to_json()
-    assert CanaryState.load(tmp_path / "absent.json") is None
-    path.write_text('{"format": 1, "instance_id": "xyz"}')
-    with pytest.raises(CanaryStateError, match=r"canary_state\.json"):
-        CanaryState.load(path)
-
-
-def test_values_error_names_latencies_and_config_checks() -> None:
-    value = encode_value("00112233aabbccdd", 2, 41, 1_700_000_000_000)
-    assert decode_value(value) == ("00112233aabbccdd", 2, 41, 1_700_000_000_000)
-    assert decode_value(b"something else") is None
-    assert kafka_error_name(KafkaError(6)) == "NOT_LEADER_OR_FOLLOWER"
-    assert kafka_error_name(KafkaError(19)) == "NOT_ENOUGH_REPLICAS"
-    assert kafka_error_name(KafkaError(KafkaError._MSG_TIMED_OUT)) == "_MSG_TIMED_OUT"
-    assert LatencySummary.of(list(range(1, 101))) == LatencySummary(100, 50.0, 99.0, 100.0)
-    assert LatencySummary.of([]) is None
-    assert rotated_assignment([1, 2, 3], 3, 1) == [2, 3, 1]
-    with pytest.raises(ValueError, match="records_per_second"):
-        CanaryConfig("127.0.0.1:9092", records_per_second=0)
-    with pytest.raises(ValueError, match="min_insync_replicas"):
-        CanaryConfig("127.0.0.1:9092", topic_config={"min.insync.replicas": "1"})
-
+from tests.collector.kafka_logs import read_log
 
 # ---- against a real cluster --------------------------------------------------------------------------
 
@@ -140,10 +42,6 @@ UNCLEAN = {"unclean.leader.election.enable": "true"}
 # Every error an acks=all write may be refused with while two of the three brokers are paused.
 REFUSALS = {"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_TIMED_OUT", "_MSG_TIMED_OUT",
             "NOT_LEADER_OR_FOLLOWER"}
-
-
-def quiet() -> logging.Logger:
-    return quiet_librdkafka_logger()
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +71,7 @@ def cluster(kafka: KafkaCluster) -> KafkaCluster:
 
 def canary_config(cluster: KafkaCluster, topic: str, **settings: object) -> CanaryConfig:
     return CanaryConfig(cluster.bootstrap_servers, topic=topic, records_per_second=RATE, leader_grace_ms=2_000,
-                        metadata_interval_ms=500, librdkafka_logger=quiet(), **settings)  # type: ignore[arg-type]
+                        metadata_interval_ms=500, librdkafka_logger=quiet_librdkafka_logger(), **settings)  # type: ignore[arg-type]
 
 
 class Totals:
@@ -239,7 +137,7 @@ def until_lost_then_drain(canary: Canary, totals: Totals, timeout_s: float, what
 
 
 def admin(cluster: KafkaCluster) -> AdminClient:
-    config: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap_servers, "logger": quiet()}
+    config: dict[str, Any] = {"bootstrap.servers": cluster.bootstrap_servers, "logger": quiet_librdkafka_logger()}
     return AdminClient(config)
 
 
@@ -250,28 +148,6 @@ def leaders(cluster: KafkaCluster, topic: str) -> dict[int, int]:
     except Exception:   # a broker that is paused or gone: no answer this time
         return {}
     return {} if layout is None else layout.leaders
-
-
-def read_log(cluster: KafkaCluster, topic: str, partitions: list[int], instance_id: str) -> dict[int, dict[int, int]]:
-    """Offset -> seq of the canary's records in each partition, from the start of its log to its high watermark."""
-    consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "test-canary-oracle",
-                         "enable.auto.commit": False, "logger": quiet()})
-    try:
-        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions}
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        log: dict[int, dict[int, int]] = {p: {} for p in partitions}
-        deadline = time.monotonic() + 30
-        while any(ends[p] > 0 and max(log[p], default=-1) < ends[p] - 1 for p in partitions):
-            assert time.monotonic() < deadline, f"could not read {topic} to {ends}"
-            for message in consumer.consume(500, timeout=0.5):
-                assert message.error() is None, message.error()
-                record = decode_value(message.value())
-                p, offset = message.partition(), message.offset()
-                assert p is not None and offset is not None
-                log[p][offset] = record.seq if record is not None and record.instance_id == instance_id else -1
-        return log
-    finally:
-        consumer.close()
 
 
 def check_duplicates(cluster: KafkaCluster, topic: str, canary: Canary, totals: Totals) -> None:
@@ -400,7 +276,7 @@ def unclean_new_leader_log_end_checks(cluster: KafkaCluster, canary: Canary, top
     leader): that offset is where the new leader's log ended when it took over."""
     first_lost = min(o for o, _ in totals.lost[0])
     consumer = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "test-canary-check",
-                         "enable.auto.commit": False, "logger": quiet()})
+                         "enable.auto.commit": False, "logger": quiet_librdkafka_logger()})
     try:
         consumer.assign([TopicPartition(topic, 0, first_lost)])
         deadline = time.monotonic() + 20

@@ -23,9 +23,10 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
-from collector.canary import Canary, CanaryConfig
+from collector.canary import Canary
 from collector.canary_feed import CanaryFeed
 from collector.canary_state import CanaryState
+from collector.canary_topic import CanaryConfig
 from collector.collect_loop import Collector, CollectSettings
 from foundation.delta_io import read_rows
 from kafka_fixture import KafkaCluster
@@ -34,7 +35,7 @@ from schemas.gold import ALERT_EVENTS
 from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 from tests.alerts.test_alerts_job import run_in_process
-from tests.collector.test_canary import read_log
+from tests.collector.kafka_logs import read_log
 from tests.pipeline.test_validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
