@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import ctypes
 import logging
 import os
 import shutil
@@ -24,12 +23,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kafka_fixture.processes import own_group_dying_with_parent
+
+# Each JVM in its own process group (signals to the test runner's group do not reach it twice), SIGKILLed when the
+# Python process that started it dies, so no JVM outlives a killed test run.
+_JVM_PREEXEC = own_group_dying_with_parent(signal.SIGKILL)
+
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
 JARS_DIR = Path(__file__).resolve().parent.parent / "jvm" / "kafka" / "jars"
 CONTROLLER_ID = 3000   # the node id the emulator also records controller metrics under
-_PR_SET_PDEATHSIG = 1
 
 
 class KafkaFixtureError(RuntimeError):
@@ -54,14 +58,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def _die_with_parent() -> None:
-    # Runs in the child between fork and exec: its own process group (signals to the test runner's group do
-    # not reach it twice) and SIGKILL when the parent dies, so no JVM outlives a killed test run.
-    os.setpgrp()
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 # The exporter's rules, also shipped as conf/jmx_exporter.yaml for a real cluster: every Kafka meter and gauge as
@@ -351,7 +347,7 @@ class KafkaCluster:
     def _format(self, node: Node, jars: Path) -> None:
         cmd = [*self._java(jars, node), "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                "-c", str(node.directory / "server.properties"), "--ignore-formatted"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=_die_with_parent)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=_JVM_PREEXEC)
         if done.returncode != 0:
             raise KafkaFixtureError(f"kafka-storage format failed for node {node.node_id}: "
                                     f"{done.stderr.strip() or done.stdout.strip()}")
@@ -363,7 +359,7 @@ class KafkaCluster:
             cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{node.metrics_port}:{JMX_EXPORTER_CONFIG}")
         cmd += ["kafka.Kafka", str(node.directory / "server.properties")]
         out = open(node.directory / "logs" / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
-        node.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+        node.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_JVM_PREEXEC)
         self.launched_pids.append(node.process.pid)
         out.close()
         node.paused = False

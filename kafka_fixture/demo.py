@@ -19,11 +19,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,12 +29,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from kafka_fixture.cluster import KafkaCluster, KafkaFixtureError
+from kafka_fixture.processes import ISRWATCH, ROOT, Child, DemoError, hold, port_free, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-ISRWATCH = [sys.executable, "-m", "isrwatch.cli"]
 RECEIVER_PORT = 9095  # conf/alerts.yaml's receiver
 PREFIX = "isrwatch demo-kafka:"
 TOPICS = {
@@ -66,68 +63,6 @@ SELECT outcome, count(*) AS attempts FROM gold.deliveries WHERE outcome <> 'send
 
 def say(message: str) -> None:
     print(f"{PREFIX} {message}", flush=True)
-
-
-class DemoError(Exception):
-    """Raised when a step of the demo cannot go on (a child exited, the cluster did not recover in time)."""
-
-
-# ---- children ------------------------------------------------------------------------------------------
-
-def _own_group_and_die_with_parent() -> None:
-    # Between fork and exec: a process group of its own (the terminal's Ctrl-C reaches the demo only, which
-    # stops the children in order) and SIGTERM when the demo dies, so no child outlives a killed demo.
-    os.setpgrp()
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-
-
-class Child:
-    """An isrwatch subprocess whose output goes to a log file, the lines `echo` accepts also to our stdout."""
-
-    def __init__(self, name: str, args: list[str], log_dir: Path, echo: Callable[[str], bool]) -> None:
-        self.name = name
-        self.log_path = log_dir / f"{name}.log"
-        self.proc = subprocess.Popen([*ISRWATCH, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, text=True, bufsize=1,
-                                     preexec_fn=_own_group_and_die_with_parent)
-        self.lines: list[str] = []
-        self._echo = echo
-        self._log: IO[str] = open(self.log_path, "w")  # noqa: SIM115 - closed by the reader thread
-        self._reader = threading.Thread(target=self._read, name=f"demo-{name}", daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        with self._log:
-            for line in self.proc.stdout:
-                self.lines.append(line.rstrip("\n"))
-                self._log.write(line)
-                self._log.flush()
-                if self._echo(line):
-                    print(line, end="", flush=True)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def saw(self, text: str) -> bool:
-        return any(text in line for line in list(self.lines))
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int | None:
-        """Signal it (its own clean stop), wait, then SIGKILL; its exit status."""
-        if self.alive():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        self._reader.join(5)
-        return self.proc.returncode
-
-    def tail(self, n: int = 15) -> str:
-        return "\n".join(f"    {line}" for line in self.lines[-n:])
 
 
 # ---- the producer workload -----------------------------------------------------------------------------
@@ -205,23 +140,6 @@ def isr_whole(cluster: KafkaCluster) -> bool:
     return bool(parts) and all(p.leader >= 0 and len(p.isrs) == len(p.replicas) for p in parts)
 
 
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str, children: list[Child]) -> float:
-    began = time.monotonic()
-    while not condition():
-        for child in children:
-            if not child.alive():
-                raise DemoError(f"{child.name} exited with {child.proc.returncode}:\n{child.tail()}")
-        if time.monotonic() - began > timeout_s:
-            raise DemoError(f"not within {timeout_s:.0f} s: {what}")
-        time.sleep(0.5)
-    return time.monotonic() - began
-
-
-def hold(seconds: float, children: list[Child]) -> None:
-    deadline = time.monotonic() + seconds
-    wait_for(lambda: time.monotonic() >= deadline, seconds + 5, "a pause", children)
-
-
 def firing_alerts(lakehouse: str) -> list[str]:
     """`rule entity` of each alert firing now in gold.alerts."""
     from foundation.delta_io import read_rows
@@ -250,15 +168,6 @@ def evaluated_until_ms(lakehouse: str) -> int:
 
 def wall_ms() -> int:
     return int(time.time() * 1000)
-
-
-def port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 # ---- the demo ------------------------------------------------------------------------------------------
