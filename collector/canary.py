@@ -64,13 +64,13 @@ from collector.canary_state import (
     encode_value,
 )
 from collector.canary_topic import (
-    LIBRDKAFKA_LOGGER,
     SEQ_RESTART_GAP,
     CanaryConfig,
     CanaryError,
     TopicLayout,
     ensure_topic,
     kafka_error_name,
+    quiet_librdkafka_logger,
     wall_ms,
 )
 from collector.json_file import write_json_atomic
@@ -80,14 +80,6 @@ __all__ = ["Canary"]
 log = logging.getLogger(__name__)
 
 # ---- the canary ----------------------------------------------------------------------------------
-
-def _quiet_logger() -> logging.Logger:
-    logger = logging.getLogger(LIBRDKAFKA_LOGGER)
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
-        logger.propagate = False
-    return logger
-
 
 class Canary(ReadBack):
     """`start()`, then once per collection interval `take_interval(now_ms)` and `save_state()`; `stop()`."""
@@ -265,7 +257,7 @@ class Canary(ReadBack):
 
     def _client_config(self) -> dict[str, Any]:
         return {"bootstrap.servers": self.config.bootstrap_servers, "client.id": "isrwatch-canary",
-                "logger": self.config.librdkafka_logger or _quiet_logger(), **self.config.client_config}
+                "logger": self.config.librdkafka_logger or quiet_librdkafka_logger(), **self.config.client_config}
 
     def _new_producer(self) -> Producer:
         return Producer({

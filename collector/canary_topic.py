@@ -42,6 +42,16 @@ def kafka_error_name(error: KafkaError) -> str:
     return _KAFKA_NAMES.get(error.code(), error.name())
 
 
+def quiet_librdkafka_logger() -> logging.Logger:
+    """A logger for librdkafka's lines that prints nothing (without one, librdkafka writes to file descriptor 2;
+    a client still alive while its cluster stops prints a refused connection every 50 ms)."""
+    logger = logging.getLogger(LIBRDKAFKA_LOGGER)
+    if not logger.handlers:
+        logger.addHandler(logging.NullHandler())
+        logger.propagate = False
+    return logger
+
+
 def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 

@@ -9,6 +9,7 @@ version first and skips a batch it has already written: a restarted run never du
 from __future__ import annotations
 
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
@@ -50,7 +51,6 @@ class DeltaSink:
         # writer). Dropped after maintenance, whose commits the open tables have not seen.
         self._open: dict[str, DeltaTable] = {}
         self._written: dict[str, int] = {}
-        self._executor: ThreadPoolExecutor | None = None
 
     def written_version(self, td: TableDef) -> int:
         """The last batch id this run committed to `td`, or -1."""
@@ -91,7 +91,7 @@ class DeltaSink:
             self._append(td, tables[td], batch_id)
         rest = [td for td in due if td.name not in REFERENCE_TABLES]
         if len(rest) > 1:
-            list(self._pool.map(lambda td: self._append(td, tables[td], batch_id), rest))
+            list(_commit_pool().map(lambda td: self._append(td, tables[td], batch_id), rest))
         elif rest:
             self._append(rest[0], tables[rest[0]], batch_id)
         written = [td.name for td in due]
@@ -110,18 +110,6 @@ class DeltaSink:
                             commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)]))
         self._written[td.name] = batch_id
 
-    @property
-    def _pool(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="isrwatch-bronze-sink")
-        return self._executor
-
-    def close(self) -> None:
-        """Stop the commit threads (they end with the process otherwise)."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-
     def _opened(self, td: TableDef) -> DeltaTable | None:
         """The table open at its latest version (None before its first commit: the write creates it)."""
         if td.name not in self._open:
@@ -130,6 +118,19 @@ class DeltaSink:
             except TableNotFoundError:
                 return None
         return self._open[td.name]
+
+
+_POOL: list[ThreadPoolExecutor] = []
+_POOL_LOCK = threading.Lock()
+
+
+def _commit_pool() -> ThreadPoolExecutor:
+    """One pool per process for every sink's side-by-side commits (at most the five non-reference tables of one
+    batch at a time per sink): a pool per sink would leave four idle threads behind each sink ever made."""
+    with _POOL_LOCK:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="isrwatch-bronze-sink"))
+        return _POOL[0]
 
 
 def write_order(td: TableDef) -> tuple[int, str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import atexit
 import base64
 import contextlib
-import logging
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from collector.canary_topic import quiet_librdkafka_logger
 from kafka_fixture.processes import own_group_dying_with_parent
 
 # Each JVM in its own process group (signals to the test runner's group do not reach it twice), SIGKILLed when the
@@ -44,14 +44,6 @@ def kafka_jars() -> Path:
     if not any(JARS_DIR.glob("kafka_2.13-*.jar")):
         raise KafkaFixtureError(f"Kafka jars not found in {JARS_DIR}: run `make kafka-jars`")
     return JARS_DIR
-
-
-def quiet_librdkafka_logger() -> logging.Logger:
-    logger = logging.getLogger("kafka_fixture.librdkafka")
-    if not logger.handlers:
-        logger.addHandler(logging.NullHandler())
-        logger.propagate = False
-    return logger
 
 
 def free_port() -> int:

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from collector.canary_topic import wall_ms
 from kafka_fixture.cluster import KafkaCluster, KafkaFixtureError
 from kafka_fixture.processes import ISRWATCH, ROOT, Child, DemoError, hold, port_free, wait_for
 
@@ -164,10 +165,6 @@ def evaluated_until_ms(lakehouse: str) -> int:
     marks = [int(r["state"]) for r in read_rows(ALERTS_STATE, lakehouse, ["kind", "state"]).to_pylist()
              if r["kind"] == "last_seen" and r["state"].isdigit()]
     return max(marks, default=0)
-
-
-def wall_ms() -> int:
-    return int(time.time() * 1000)
 
 
 # ---- the demo ------------------------------------------------------------------------------------------

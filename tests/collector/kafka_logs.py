@@ -8,8 +8,8 @@ import time
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from collector.canary_state import decode_value
+from collector.canary_topic import quiet_librdkafka_logger
 from kafka_fixture import KafkaCluster
-from kafka_fixture.cluster import quiet_librdkafka_logger
 
 
 def read_log(cluster: KafkaCluster, topic: str, partitions: list[int], instance_id: str) -> dict[int, dict[int, int]]:

@@ -29,10 +29,10 @@ from collector.canary_topic import (
     CanaryConfig,
     describe_layout,
     metadata_layout,
+    quiet_librdkafka_logger,
     wall_ms,
 )
 from kafka_fixture import KafkaCluster
-from kafka_fixture.cluster import quiet_librdkafka_logger
 from tests.collector.kafka_logs import read_log
 
 # ---- against a real cluster --------------------------------------------------------------------------
