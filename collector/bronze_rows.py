@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from collector.cluster_view import ClusterView, TopicConfig, TopicPartition
+from collector.cluster_view import ClusterView, Partition, TopicConfig, TopicPartition
 from collector.metrics_scrape import MetricRow
 from collector.observed_events import Event, Remembered
 from schemas.table import TableDef
@@ -49,23 +49,26 @@ def partition_state_rows(view: ClusterView, memory: Mapping[TopicPartition, Reme
             "log_start_offset": 0 if offline else mem.log_start_offset,
             "replica_leos": [leos.get(b) for b in p.replicas],
             "configured_min_isr": config.min_insync_replicas,
-            "effective_min_isr": min(config.min_insync_replicas, config.replication_factor),
+            "effective_min_isr": config.effective_min_isr,
         })
     return rows
 
 
 def topic_config_rows(ts_ms: int, topics: Iterable[str], configs: Mapping[str, TopicConfig], view: ClusterView,
                       racks: Mapping[int, str | None], elr_enabled: bool) -> list[dict[str, Any]]:
+    wanted = set(topics)
+    by_topic: dict[str, list[tuple[int, Partition]]] = {t: [] for t in wanted}
+    for (t, partition), p in view.partitions.items():   # one pass, not one per topic
+        if t in wanted:
+            by_topic[t].append((partition, p))
     rows = []
-    for topic in sorted(topics):
+    for topic in sorted(wanted):
         c = configs[topic]
-        for (t, partition), p in view.partitions.items():
-            if t != topic:
-                continue
+        for partition, p in by_topic[topic]:
             rows.append({
                 "ts": us(ts_ms), "topic": topic, "partition": partition, "partitions": c.partitions,
                 "replication_factor": c.replication_factor, "min_insync_replicas": c.min_insync_replicas,
-                "effective_min_isr": min(c.min_insync_replicas, c.replication_factor),
+                "effective_min_isr": c.effective_min_isr,
                 "unclean_leader_election_enable": c.unclean_leader_election_enable, "elr_enabled": elr_enabled,
                 "replicas": list(p.replicas), "replica_racks": [racks.get(b) or "" for b in p.replicas],
                 "segment_bytes": c.segment_bytes, "retention_ms": c.retention_ms,

@@ -79,6 +79,11 @@ class TopicConfig:
     retention_ms: int
     flush_messages: int
 
+    @property
+    def effective_min_isr(self) -> int:
+        """Kafka caps min.insync.replicas at the replication factor (the effectiveMinIsr of Partition.scala)."""
+        return min(self.min_insync_replicas, self.replication_factor)
+
 
 @dataclass
 class ClusterView:
