@@ -1,14 +1,14 @@
 """What a Kafka cluster says about itself in one collection interval, asked broker by broker.
 
-Per interval: a Metadata request to every broker (the first to answer, lowest id first, gives the partition
-view; the others' answers say they are alive), DescribeTopicPartitions to that broker for the eligible
-leader replicas when ELR is on (Metadata does not carry them; its answer, leader, ISR and ELR of one moment,
-replaces the Metadata's for the partitions it covers), ListOffsets to each leader for its
-partitions' high watermarks, and ListOffsets as a debugging replica (replica id -2) to every broker for the
-log end offset of each replica it hosts: Kafka answers that one from a follower's own log too, with the log
-end offset rather than the high watermark. The requests grow with brokers, not partitions. Topic configs
-(DescribeConfigs), the cluster's finalized features (ApiVersions) and the leaders' log start offsets are
-read at start, when a topic appears, and every `config_every` intervals.
+Per interval: a Metadata request to every broker (the one that gave the last view while it answers, else the
+lowest id that answers, gives the partition view; the others' answers say they are alive),
+DescribeTopicPartitions to that broker for the eligible leader replicas when ELR is on (Metadata does not carry
+them; its answer, leader, ISR and ELR of one moment, replaces the Metadata's for the partitions it covers),
+ListOffsets to each leader for its partitions' high watermarks, and ListOffsets as a debugging replica (replica
+id -2) to every broker for the log end offset of each replica it hosts: Kafka answers that one from a follower's
+own log too, with the log end offset rather than the high watermark. The requests grow with brokers, not
+partitions. Topic configs (DescribeConfigs), the cluster's finalized features (ApiVersions) and the leaders' log
+start offsets are read at start, when a topic appears, and every `config_every` intervals.
 """
 
 from __future__ import annotations
@@ -181,6 +181,7 @@ class ClusterReader:
         self._offset_requests: dict[tuple[int, int, int], tuple[list[TopicPartition], PreEncoded]] = {}
         self._last_metadata: tuple[bytes, Any] | None = None   # (metadata_key, decoded) of the last full answer
         self._last_partitions: tuple[Any, dict[TopicPartition, Partition]] | None = None
+        self._primary: int | None = None   # the broker whose Metadata answer gave the last view
 
     def close(self) -> None:
         for conn in self.connections.values():
@@ -226,25 +227,28 @@ class ClusterReader:
         steps: dict[str, float] = {}
         t0 = time.perf_counter()
         nodes = sorted(self.connections)
-        # The lowest id is asked for every topic; the others only for the broker list (a liveness answer that
-        # costs them, and us, nothing per partition). If the lowest does not answer, the next one that did is
-        # asked again for the topics.
-        answers = dict(zip(nodes, self._pool.map(self._metadata, nodes, [n == nodes[0] for n in nodes]),
+        # One broker is asked for every topic; the others only for the broker list (a liveness answer that
+        # costs them, and us, nothing per partition). It is the one that gave the last view while it answers
+        # (a broker's metadata lags the controller's by its own fetches: switching brokers can step back in
+        # time), else the lowest id that answers, asked again for the topics.
+        wanted = self._primary if self._primary in self.connections else nodes[0]
+        answers = dict(zip(nodes, self._pool.map(self._metadata, nodes, [n == wanted for n in nodes]),
                            strict=True))
         not_answering = {n: a for n, a in answers.items() if isinstance(a, str)}
         answered = [n for n in nodes if n not in not_answering]
         if not answered:
             steps["metadata"] = (time.perf_counter() - t0) * 1000
             return ClusterView(now_ms, self.cluster_id, {}, not_answering, {}, {}, {}, {}, self.elr_enabled, steps)
-        primary = answered[0]
+        primary = wanted if wanted in answered else answered[0]
         meta = answers[primary]
-        if primary != nodes[0]:
+        if primary != wanted:
             meta = self._metadata(primary, True)
             if isinstance(meta, str):
                 not_answering[primary] = meta
                 steps["metadata"] = (time.perf_counter() - t0) * 1000
                 return ClusterView(now_ms, self.cluster_id, {}, not_answering, {}, {}, {}, {}, self.elr_enabled, steps)
         steps["metadata"] = (time.perf_counter() - t0) * 1000
+        self._primary = primary
         brokers = self._learn_brokers(meta)
         partitions = self._partitions_of(meta)
         self._reads += 1

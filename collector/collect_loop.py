@@ -26,7 +26,15 @@ from collector import bronze_rows as rows
 from collector.cluster_view import ClusterReader, ClusterView, TopicConfig, TopicPartition
 from collector.json_file import write_json_atomic
 from collector.metrics_scrape import MeterState, NodeScrape, reported_node_id, scrape_nodes
-from collector.observed_events import Event, Remembered, broker_events, election_kind, topic_events, view_events
+from collector.observed_events import (
+    Event,
+    Remembered,
+    broker_events,
+    election_kind,
+    hold_stale_partitions,
+    topic_events,
+    view_events,
+)
 from foundation.bronze_sink import DeltaSink
 from schemas import bronze
 from schemas.table import TableDef
@@ -119,6 +127,7 @@ class Collector:
         self.silent: dict[int, str] = {}
         self.written_configs: dict[str, TopicConfig] = {}
         self.last_interval_ms = 0.0
+        self.stale_answers = 0    # partitions answered at an older leader epoch than recorded, held
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="isrwatch-collect-step")
 
     def close(self) -> None:
@@ -173,6 +182,7 @@ class Collector:
         configs = dict(self.reader.topic_configs)
         changed_topics = {t for t, c in configs.items() if self.written_configs.get(t) != c}
         events += topic_events(ts, self.written_configs, {t: configs[t] for t in changed_topics})
+        self.stale_answers += len(hold_stale_partitions(view, self.memory.partitions))
         events += view_events(ts, view, self.memory.partitions)
         self._remember(view, events)
 
@@ -195,7 +205,7 @@ class Collector:
 
         summary = {"writer": "collector", "cluster_id": self.cluster_id, "interval_ms": self.interval_ms,
                    "not_answering": {str(b): why for b, why in sorted(view.not_answering.items())},
-                   "last_interval_ms": round(self.last_interval_ms, 1),
+                   "last_interval_ms": round(self.last_interval_ms, 1), "stale_answers_held": self.stale_answers,
                    **({"canary": self.canary.summary()} if self.canary is not None else {})}
         r, b = self.run_id, self.batch_id
         out = {

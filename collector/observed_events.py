@@ -146,6 +146,26 @@ def topic_events(ts_ms: int, before: dict[str, TopicConfig], now: dict[str, Topi
     return out
 
 
+def hold_stale_partitions(view: ClusterView, memory: dict[TopicPartition, Remembered]) -> list[TopicPartition]:
+    """Keep the recorded state of the partitions `view` shows at an older leader epoch than `memory` holds.
+
+    A broker's metadata is the controller's as of its last fetch: one resumed after a pause, or the next broker
+    asked when the last one stopped answering, can show a leader and ISR the cluster has left. Kafka's leader
+    epochs never go back, so a lower one is such an answer, not news: the partition keeps what was recorded
+    (its high watermark too, as the one just read came from the stale answer's leader). Returns the partitions
+    held, in the view's order."""
+    held = []
+    for tp, p in view.partitions.items():
+        before = memory.get(tp)
+        if before is None or p.leader_epoch >= before.leader_epoch:
+            continue
+        view.partitions[tp] = Partition(tp[0], tp[1], before.leader, before.leader_epoch, tuple(before.replicas),
+                                        tuple(before.isr), tuple(before.elr), p.offline_replicas)
+        view.high_watermarks.pop(tp, None)
+        held.append(tp)
+    return held
+
+
 def view_events(ts_ms: int, view: ClusterView, memory: dict[TopicPartition, Remembered]) -> list[Event]:
     out: list[Event] = []
     for tp, p in view.partitions.items():

@@ -19,6 +19,7 @@ from collector.cluster_view import (
 )
 from collector.kafka_wire import PreEncoded
 from collector.observed_events import Remembered, partition_events
+from tests.collector.metadata_answers import FakeConnection, metadata_body
 
 
 def list_offsets(partitions: int) -> ListOffsetsRequest:
@@ -41,22 +42,6 @@ def test_a_pre_encoded_request_sends_the_bytes_the_message_encodes_to(version: i
         assert pre.encode(header=True, framed=True) == bytes(message.encode(header=True, framed=True))
 
 
-def metadata_body(controller_id: int, isr: list[int], correlation_id: int = 7) -> bytes:
-    broker = MetadataResponse.MetadataResponseBroker
-    topic = MetadataResponse.MetadataResponseTopic
-    part = topic.MetadataResponsePartition
-    response = MetadataResponse(
-        throttle_time_ms=0, cluster_id="P7D0XCJJMY4TWfb4RZJ36w", controller_id=controller_id,
-        brokers=[broker(node_id=b, host="127.0.0.1", port=9000 + b, rack=None if b == 2 else f"rack-{b}")
-                 for b in (1, 2, 3)],
-        topics=[topic(error_code=0, name="orders", is_internal=False, partitions=[
-            part(error_code=0, partition_index=p, leader_id=1, leader_epoch=4, replica_nodes=[1, 2, 3],
-                 isr_nodes=isr, offline_replicas=[]) for p in range(4)])])
-    response.API_VERSION = METADATA_VERSION
-    response.with_header(correlation_id=correlation_id)
-    return bytes(response.encode(header=True))
-
-
 def test_metadata_answers_differing_only_in_correlation_and_controller_id_share_a_key() -> None:
     a, b = metadata_body(1, [1, 2, 3], correlation_id=7), metadata_body(3, [1, 2, 3], correlation_id=8)
     assert a != b and metadata_key(a) == metadata_key(b)
@@ -71,17 +56,6 @@ def test_a_metadata_key_that_does_not_match_the_decoded_answer_is_refused() -> N
     meta.controller_id = 3
     assert not metadata_key_checked(body, meta)
     assert metadata_key(body[:20]) == body[4:20], "a truncated answer is its own key"
-
-
-class FakeConnection:
-    def __init__(self, bodies: list[bytes]) -> None:
-        self.bodies = bodies
-
-    def request_bytes(self, message: Any, version: int) -> bytes:
-        return self.bodies.pop(0)
-
-    def close(self) -> None:
-        pass
 
 
 def test_the_reader_reuses_a_metadata_answer_only_when_it_is_the_same() -> None:
