@@ -272,9 +272,11 @@ def _cluster(r: _Reader, source: str) -> ClusterSpec:
         raise r.fail("racks", racks, "expected a non-empty list of rack names")
     brokers = tuple(Broker(i, racks[(i - 1) % len(racks)] if racks else None) for i in range(1, n + 1))
     config = _settings(r, "config", _BROKER_KEYS, BrokerConfig, source)
-    if config.replica_fetch_wait_max_ms >= config.replica_lag_time_max_ms:
+    # Kafka's own rule (KafkaConfig.validateValues): at most replica.lag.time.max.ms, equal allowed.
+    if config.replica_fetch_wait_max_ms > config.replica_lag_time_max_ms:
         raise ScenarioError(source, "cluster.config.replica.fetch.wait.max.ms", config.replica_fetch_wait_max_ms,
-                            "must be below replica.lag.time.max.ms, or every idle follower would drop out of the ISR")
+                            "must be at most replica.lag.time.max.ms, or every idle follower would drop out of "
+                            "the ISR")
     if config.broker_heartbeat_interval_ms >= config.broker_session_timeout_ms:
         raise ScenarioError(source, "cluster.config.broker.heartbeat.interval.ms",
                             config.broker_heartbeat_interval_ms, "must be below broker.session.timeout.ms")

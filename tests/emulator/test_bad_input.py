@@ -23,7 +23,7 @@ workload:
 
 @pytest.mark.parametrize(("replace", "key", "value"), [
     ("replication.factor: 3", "topics[0].replication.factor", "4"),
-    ("cluster: {brokers: 3}", "cluster.config.replica.fetch.wait.max.ms", "30000"),
+    ("cluster: {brokers: 3}", "cluster.config.replica.fetch.wait.max.ms", "30001"),
     ("acks: all", "workload.producers[0].acks", "2"),
     ("duration: 10s", "duration", "'soon'"),
     ("partitions: 2", "topics[0].partitions", "0"),
@@ -32,7 +32,7 @@ workload:
 def test_invalid_values_name_file_key_and_value(tmp_path: Path, replace: str, key: str, value: str) -> None:
     text = GOOD
     if key == "cluster.config.replica.fetch.wait.max.ms":
-        text = text.replace(replace, "cluster: {brokers: 3, config: {replica.fetch.wait.max.ms: 30000}}")
+        text = text.replace(replace, "cluster: {brokers: 3, config: {replica.fetch.wait.max.ms: 30001}}")
     elif key == "colour":
         text = text + "colour: blue\n"
     else:
@@ -45,6 +45,18 @@ def test_invalid_values_name_file_key_and_value(tmp_path: Path, replace: str, ke
     message = str(err.value)
     assert message.startswith(f"{path}: {key}="), message
     assert err.value.key == key
+
+
+def test_fetch_wait_equal_to_the_lag_time_is_legal_as_in_kafka(tmp_path: Path) -> None:
+    """KafkaConfig.validateValues requires replica.fetch.wait.max.ms <= replica.lag.time.max.ms: equal is legal,
+    one millisecond more is refused."""
+    path = tmp_path / "equal.yaml"
+    config = "cluster: {brokers: 3, config: {replica.fetch.wait.max.ms: %d, replica.lag.time.max.ms: 30000}}"
+    path.write_text(GOOD.replace("cluster: {brokers: 3}", config % 30000))
+    assert load_scenario(path).cluster.config.replica_fetch_wait_max_ms == 30000
+    path.write_text(GOOD.replace("cluster: {brokers: 3}", config % 30001))
+    with pytest.raises(ScenarioError, match=r"replica\.fetch\.wait\.max\.ms=30001: must be at most"):
+        load_scenario(path)
 
 
 def test_unknown_fault_target_is_named(tmp_path: Path) -> None:
