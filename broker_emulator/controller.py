@@ -255,15 +255,14 @@ class Controller:
                    or not np.array_equal(elr, old_elr) or kind is not None)
         if not changed:
             return
-        if not elr.any() and old_elr.any() and not target[:rf].any():
-            t.last_known_elr[p] = old_elr
+        if elr_on:
+            self._update_last_known_leader(p, old_leader, new_leader, target, old_isr)
         t.isr[p] = target
         t.elr[p] = elr
         t.partition_epoch[p] += 1
         if new_leader != old_leader or kind is not None:
             t.leader[p] = new_leader
             if new_leader != NO_BROKER:
-                t.last_leader[p] = new_leader
                 t.leader_epoch[p] += 1
                 t.recovery_state[p] = RECOVERING if kind in ("unclean", "last_known_leader") else RECOVERED
                 self._record_election(p, new_leader, old_leader, kind or "clean", cause)
@@ -276,6 +275,23 @@ class Controller:
                             detail={"isr": t.members(p, target), "previous_isr": t.members(p, old_isr),
                                     "elr": t.members(p, elr)})
         sim.publish([p])
+
+    def _update_last_known_leader(self, p: int, old_leader: int, new_leader: int, target: np.ndarray,
+                                  old_isr: np.ndarray) -> None:
+        """PartitionChangeBuilder.maybeUpdateLastKnownLeader (useLastKnownLeaderInBalancedRecovery, on by
+        default): lastKnownElr becomes [leader] the first time the ISR empties, and is cleared when the
+        partition gets or keeps a leader. It never holds the old ELR members in this mode."""
+        t = self.t
+        known = t.last_known_elr[p]
+        rf = int(t.rf[p])
+        emptied = not target[:rf].any() and not np.array_equal(target, old_isr)
+        if emptied and old_leader != NO_BROKER:
+            slot = t.slot_of(p, old_leader)
+            if not (int(known.sum()) == 1 and known[slot]):
+                known[:] = False
+                known[slot] = True
+        elif new_leader != NO_BROKER and known.any():
+            known[:] = False
 
     def _choose_leader(self, p: int, target: np.ndarray, force_leader: int | None, allow_unclean: bool,
                        elr: np.ndarray) -> tuple[int, str | None]:
@@ -290,9 +306,11 @@ class Controller:
             for s, b in enumerate(replicas):
                 if elr[s] and self.acceptable(b):
                     return b, "elr"
-            if not elr.any():
-                last = int(t.last_leader[p])
-                if last != NO_BROKER and self.acceptable(last):
+            # PartitionChangeBuilder.canElectLastKnownLeader: ISR and ELR empty, lastKnownElr one member.
+            known = t.last_known_elr[p, : len(replicas)]
+            if not elr.any() and int(known.sum()) == 1:
+                last = replicas[int(np.flatnonzero(known)[0])]
+                if self.acceptable(last):
                     return last, "last_known_leader"
         if allow_unclean:
             for b in replicas:

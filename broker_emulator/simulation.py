@@ -99,7 +99,6 @@ class Simulation:
                 rf = len(reps)
                 t.isr[p, :rf] = True
                 t.leader[p] = reps[0]
-                t.last_leader[p] = reps[0]
                 t.known_leader[p, :rf] = reps[0]
                 t.known_epoch[p, :rf] = 0
                 t.leader_isr[p, :rf] = True

@@ -82,7 +82,6 @@ class PartitionTable:
         self.elr = np.zeros((p, r), bool)
         self.last_known_elr = np.zeros((p, r), bool)
         self.recovery_state = np.zeros(p, np.int8)
-        self.last_leader = np.full(p, NO_BROKER, i32)
         # --- each replica's view of the registration (lags by metadata propagation) ---
         self.known_leader = np.full((p, r), NO_BROKER, i32)
         self.known_epoch = np.full((p, r), -1, i32)
