@@ -1,8 +1,10 @@
 """Segmented logs: appends, segment roll, flush points, page-cache writeback, retention, power loss.
 
 Appends land in the page cache (`leo` moves, `flushed` does not). A segment roll flushes the closed
-segment, as Kafka does; `flush.messages` / `flush.ms` force flushes; the OS writes dirty pages back
-after `page.cache.writeback.ms`. Power loss truncates a replica to what was flushed.
+segment, as Kafka does; `flush.messages` / `flush.ms` force flushes; the OS writes a log back once it has
+been dirty for `page.cache.writeback.ms` (Linux's dirty_expire_centisecs: the flusher thread, waking every
+5 s, writes back the inodes first dirtied longer ago than that, whole). Power loss truncates a replica to
+what was flushed.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ class Logs:
         if leo + records - int(t.flushed[p, s]) >= self.flush_messages[p]:
             t.flushed[p, s] = leo + records
             t.last_flush_ms[p, s] = now
+            t.dirty_since_ms[p, s] = -1
+        elif t.dirty_since_ms[p, s] < 0:
+            t.dirty_since_ms[p, s] = now
 
     def append(self, ps: np.ndarray, ss: np.ndarray, fs: np.ndarray, records: np.ndarray) -> None:
         """Account `records` appended at each (p, s)'s current LEO (the caller moves the LEO).
@@ -79,6 +84,9 @@ class Logs:
         if np.count_nonzero(force):
             flat.flushed[fs[force]] = new_leo[force]
             flat.last_flush_ms[fs[force]] = now
+        dirtied = ~force & (flat.dirty_since_ms[fs] < 0) & (records > 0)
+        flat.dirty_since_ms[fs[force]] = -1
+        flat.dirty_since_ms[fs[dirtied]] = now
 
     def _roll(self, p: int, s: int) -> None:
         t, now = self.t, self.clock.now_ms
@@ -88,17 +96,20 @@ class Logs:
         t.seg_bytes[p, s] = 0
         t.seg_created_ms[p, s] = now
         t.flushed[p, s] = max(int(t.flushed[p, s]), leo)  # Kafka flushes a segment when it rolls
+        t.dirty_since_ms[p, s] = -1
 
-    def writeback(self, running: np.ndarray) -> None:
-        """Periodic: page-cache writeback of data older than the writeback period, and flush.ms."""
+    def writeback(self, running: np.ndarray, expire_ms: int) -> None:
+        """Periodic (the flusher thread's wake-up): logs dirty for `expire_ms` or more are written back whole;
+        flush.ms flushes the logs whose last flush is that old."""
         t, now = self.t, self.clock.now_ms
         n = t.count
         live = running[t.replicas[:n].clip(min=0)] & (t.replicas[:n] >= 0)
-        t.flushed[:n] = np.where(live, np.maximum(t.flushed[:n], t.writeback_mark[:n]), t.flushed[:n])
-        t.writeback_mark[:n] = np.where(live, t.leo[:n], t.writeback_mark[:n])
+        dirty = t.dirty_since_ms[:n]
+        expired = live & (dirty >= 0) & (now - dirty >= expire_ms)
         due = live & ((now - t.last_flush_ms[:n]) >= self.flush_ms[:n, None])
-        t.flushed[:n] = np.where(due, t.leo[:n], t.flushed[:n])
+        t.flushed[:n] = np.where(expired | due, t.leo[:n], t.flushed[:n])
         t.last_flush_ms[:n] = np.where(due, now, t.last_flush_ms[:n])
+        t.dirty_since_ms[:n] = np.where(expired | due, -1, dirty)
 
     def power_loss(self, p: int, s: int) -> int:
         """The broker lost power: everything after the flush point is gone."""

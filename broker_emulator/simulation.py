@@ -273,7 +273,7 @@ class Simulation:
         running = np.zeros(max(self.brokers.ids) + 1, bool)
         for b in self.brokers.ids:
             running[b] = self.brokers.running(b) or self.brokers.is_paused(b)
-        self.logs.writeback(running)
+        self.logs.writeback(running, self.cfg.page_cache_writeback_ms)
         self.queue.schedule(self.clock.now_ms + min(5_000, self.cfg.page_cache_writeback_ms), "writeback", priority=3)
 
     def _retention(self, _: Any) -> None:

@@ -58,6 +58,7 @@ class FlatViews:
         self.seg_created_ms = t.seg_created_ms.reshape(-1)
         self.flushed = t.flushed.reshape(-1)
         self.last_flush_ms = t.last_flush_ms.reshape(-1)
+        self.dirty_since_ms = t.dirty_since_ms.reshape(-1)
         for view in vars(self).values():
             assert view.base is not None, "a flat view must share memory with its table array"
 
@@ -99,7 +100,7 @@ class PartitionTable:
         self.hw = np.zeros((p, r), i64)               # the replica's own high watermark
         self.log_start = np.zeros((p, r), i64)
         self.flushed = np.zeros((p, r), i64)
-        self.writeback_mark = np.zeros((p, r), i64)   # LEO at the previous page-cache writeback
+        self.dirty_since_ms = np.full((p, r), -1, i64)  # when the log's page cache was first dirtied; -1: clean
         self.last_flush_ms = np.zeros((p, r), i64)
         self.seg_base = np.zeros((p, r), i64)
         self.seg_bytes = np.zeros((p, r), i64)
@@ -228,7 +229,6 @@ class PartitionTable:
         self.leo[p, s] = offset
         self.hw[p, s] = min(int(self.hw[p, s]), offset)
         self.flushed[p, s] = min(int(self.flushed[p, s]), offset)
-        self.writeback_mark[p, s] = min(int(self.writeback_mark[p, s]), offset)
         segs = self.segments[p][s]
         while segs and segs[-1].base_offset >= offset:
             segs.pop()
@@ -248,9 +248,9 @@ class PartitionTable:
         """Disk loss: the replica comes back with an empty log."""
         removed = int(self.leo[p, s] - self.log_start[p, s])
         self.fetch_dirty[p] = True
-        for arr in (self.leo, self.hw, self.log_start, self.flushed, self.writeback_mark, self.seg_base,
-                    self.seg_bytes):
+        for arr in (self.leo, self.hw, self.log_start, self.flushed, self.seg_base, self.seg_bytes):
             arr[p, s] = 0
+        self.dirty_since_ms[p, s] = -1
         self.epoch_caches[p][s] = []
         self.segments[p][s] = []
         return removed

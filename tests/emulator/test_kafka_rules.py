@@ -27,3 +27,22 @@ def test_last_known_elr_holds_the_leader_from_when_the_isr_first_empties_until_a
     assert members(sim, "last_known_elr") == [1]
     sim.run_until(55_000)
     assert leader_of(sim) == 1 and members(sim, "last_known_elr") == []
+
+
+def test_page_cache_writeback_waits_for_the_configured_expiry() -> None:
+    """Linux's kupdate writeback (fs/fs-writeback.c, wb_writeback with dirty_expire_interval): the flusher wakes
+    every 5 s and writes back a log only once it has been dirty for `page.cache.writeback.ms`. Written from
+    the start (first dirtied just after 0 s), a log is written back at the first wake-up (every 5 s) at
+    least the expiry later: 25 s for 20 s, 65 s for 60 s."""
+    for expire_s, before_s, at_s in ((20, 24, 26), (60, 64, 66)):
+        text = base("  []", duration="70s").replace(
+            "eligible.leader.replicas.enable: true", f"eligible.leader.replicas.enable: true, "
+                                                     f"page.cache.writeback.ms: {expire_s * 1000}")
+        sim = simulate(text)
+        t = sim.table
+        sim.run_until(before_s * 1000)
+        assert t.leo[0, 0] > 0 and (t.flushed[0, :3] == 0).all(), f"expiry {expire_s}s: written back early"
+        sim.run_until(at_s * 1000)
+        leo_at_wakeup = int(t.leo[0, 0])
+        assert 0 < int(t.flushed[0, 0]) <= leo_at_wakeup and int(t.flushed[0, 0]) > leo_at_wakeup * 0.85, (
+            f"expiry {expire_s}s: the log is written back whole at the wake-up after the expiry")
