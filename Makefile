@@ -117,7 +117,7 @@ test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo --no-cache
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 test-all: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(PY) -m pytest -q -m "slow or not slow"

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# Under pytest-xdist the worker's __main__ has neither __spec__ nor __file__, which pyspark.sql.connect
+# (imported by Great Expectations) takes for a doctest run without Spark Connect's dependencies, and
+# answers with sys.exit(0). A worker is no doctest run: give its __main__ a file name.
+_main = sys.modules["__main__"]
+if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
+    _main.__file__ = "<pytest-xdist worker>"
 
 
 @pytest.fixture(scope="session")
