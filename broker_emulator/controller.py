@@ -65,16 +65,24 @@ class Controller:
         self.last_election: dict[int, tuple[int, str]] = {}
 
     # --- sessions ----------------------------------------------------------------------------
-    def heartbeat_check(self) -> None:
+    def heartbeat(self, b: int) -> None:
+        """Broker b's heartbeat time: if it is running and reaches the controller, its session is renewed (and a
+        fenced broker unfenced), and the session's expiry is scheduled as QuorumController does
+        (rescheduleMaybeFenceStaleBrokers: a deferred event at the next session's end, not a periodic sweep)."""
         sim = self.sim
+        if not (sim.brokers.running(b) and sim.network.reaches_controller(b)):
+            return
         now = sim.clock.now_ms
-        for b in sim.brokers.ids:
-            if sim.brokers.running(b) and sim.network.reaches_controller(b):
-                self.last_heartbeat_ms[b] = now
-                if self.fenced[b] and not self.shutting_down[b]:
-                    self.unfence(b)
-            elif not self.fenced[b] and now - self.last_heartbeat_ms[b] > sim.cfg.broker_session_timeout_ms:
-                self.fence(b, "session_timeout")
+        self.last_heartbeat_ms[b] = now
+        if self.fenced[b] and not self.shutting_down[b]:
+            self.unfence(b)
+        sim.queue.schedule(now + sim.cfg.broker_session_timeout_ms + 1, "session_expiry", (b, now), priority=2)
+
+    def session_expiry(self, payload: tuple[int, int]) -> None:
+        """BrokerHeartbeatManager: a broker whose last heartbeat is older than the session timeout is fenced."""
+        b, heartbeat_ms = payload
+        if self.last_heartbeat_ms[b] == heartbeat_ms and not self.fenced[b]:
+            self.fence(b, "session_timeout")
 
     def fence(self, b: int, cause: str) -> None:
         self.fenced[b] = True

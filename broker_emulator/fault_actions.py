@@ -11,6 +11,8 @@ from broker_emulator.faults import Action
 from broker_emulator.scenario import _TOPIC_KEYS
 
 if TYPE_CHECKING:
+    from random import Random
+
     from broker_emulator.brokers import Brokers, Network
     from broker_emulator.clock import EventQueue, SimClock
     from broker_emulator.config import BrokerConfig
@@ -59,6 +61,9 @@ class FaultTarget(Protocol):
     def recorder(self) -> Recorder: ...
     @property
     def data_loss_by_broker(self) -> dict[int, str]: ...
+    @property
+    def rng_timing(self) -> Random:
+        """The seeded stream of brokers' own timing (restart durations)."""
     @property
     def stale_view(self) -> set[int]:
         """Brokers that missed a metadata update and must catch up when they can hear the controller."""
@@ -134,7 +139,10 @@ def _restart(sim: FaultTarget, a: Action) -> None:
         elif st.liveness in _DOWN:
             unclean = st.liveness is Liveness.CRASHED
             st.liveness = Liveness.RECOVERING
-            sim.queue.schedule(sim.clock.now_ms + sim.cfg.log_recovery_ms, "broker_registered", (b, unclean))
+            cfg = sim.cfg
+            spread = sim.rng_timing.uniform(-cfg.log_recovery_jitter, cfg.log_recovery_jitter)
+            sim.queue.schedule(sim.clock.now_ms + max(1, round(cfg.log_recovery_ms * (1 + spread))),
+                               "broker_registered", (b, unclean))
 
 
 def _pause(sim: FaultTarget, a: Action) -> None:

@@ -153,6 +153,7 @@ _BROKER_KEYS = {
     "truncation": "truncation",
     "controlled.shutdown.enable": "controlled_shutdown_enable",
     "log.recovery.ms": "log_recovery_ms",
+    "log.recovery.jitter": "log_recovery_jitter",
 }
 _TOPIC_KEYS = {
     "min.insync.replicas": "min_insync_replicas",
@@ -164,6 +165,7 @@ _TOPIC_KEYS = {
     "flush.messages": "flush_messages",
     "flush.ms": "flush_ms",
 }
+_FRACTION_FIELDS = {"log_recovery_jitter"}
 _BOOL_FIELDS = {"unclean_leader_election_enable", "eligible_leader_replicas_enable", "controlled_shutdown_enable"}
 
 
@@ -182,6 +184,10 @@ def _settings(r: _Reader, k: str, mapping: dict[str, str], cls: type, source: st
         elif attr in _BOOL_FIELDS:
             if not isinstance(v, bool):
                 raise ScenarioError(source, r.key(f"{k}.{key}"), v, "expected true or false")
+        elif attr in _FRACTION_FIELDS:
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 <= v < 1:
+                raise ScenarioError(source, r.key(f"{k}.{key}"), v, "expected a fraction from 0 up to (not) 1")
+            v = float(v)
         else:
             ms = parse_duration_ms(v) if attr.endswith("_ms") else v
             if isinstance(ms, bool) or not isinstance(ms, int) or ms < (-1 if "retention" in attr else 0):

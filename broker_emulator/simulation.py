@@ -51,6 +51,9 @@ class Simulation:
         self.rng_placement = Random(root.getrandbits(64))
         self.rng_workload = Random(root.getrandbits(64))
         self.rng_faults = Random(root.getrandbits(64))
+        # Brokers' own timing (heartbeat phases, restart durations): drawn last, so the streams before it
+        # (and every run recorded with them) stay as they were.
+        self.rng_timing = Random(root.getrandbits(64))
         self.run_id = f"{scenario.name}-s{scenario.seed}"
         capacity = sum(t.partitions for t in scenario.topics)
         self.table = PartitionTable(capacity, max(t.replication_factor for t in scenario.topics))
@@ -124,7 +127,12 @@ class Simulation:
         for i, spec in enumerate(sc.producers):
             ps = np.arange(*self.topic_range[spec.topic])
             self.produce.add_producer(spec, ps, Random(self.rng_workload.getrandbits(64) + i))
-        q.schedule(cfg.broker_heartbeat_interval_ms, "heartbeat_check", priority=2)
+        # Each broker heartbeats on its own phase (BrokerLifecycleManager schedules the next heartbeat after the
+        # previous answer, from when the broker started): brokers stopped together are fenced apart.
+        for b in self.brokers.ids:
+            q.schedule(self.rng_timing.randrange(1, cfg.broker_heartbeat_interval_ms + 1), "heartbeat", b,
+                       priority=2)
+            q.schedule(cfg.broker_session_timeout_ms + 1, "session_expiry", (b, 0), priority=2)
         q.schedule(cfg.replica_lag_time_max_ms // 2, "isr_check", priority=3)
         q.schedule(min(5_000, cfg.page_cache_writeback_ms), "writeback", priority=3)
         q.schedule(300_000, "retention", priority=3)
@@ -179,7 +187,8 @@ class Simulation:
             "metadata": self._deliver_metadata,
             "shutdown_complete": self._shutdown_complete,
             "broker_registered": self._registered,
-            "heartbeat_check": self._heartbeat_check,
+            "heartbeat": self._heartbeat,
+            "session_expiry": self.controller.session_expiry,
             "isr_check": self._isr_check,
             "writeback": self._writeback,
             "retention": self._retention,
@@ -261,9 +270,9 @@ class Simulation:
         self.produce.leadership_changed(p)
 
     # --- periodic work -----------------------------------------------------------------------------
-    def _heartbeat_check(self, _: Any) -> None:
-        self.controller.heartbeat_check()
-        self.queue.schedule(self.clock.now_ms + self.cfg.broker_heartbeat_interval_ms, "heartbeat_check", priority=2)
+    def _heartbeat(self, b: int) -> None:
+        self.controller.heartbeat(b)
+        self.queue.schedule(self.clock.now_ms + self.cfg.broker_heartbeat_interval_ms, "heartbeat", b, priority=2)
 
     def _isr_check(self, _: Any) -> None:
         self.replication.check_shrinks()

@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
+from broker_emulator.state import PartitionTable
 from schemas.bronze import BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from schemas.table import TableDef
 
@@ -149,17 +150,24 @@ def _sweep(seeds: range, scenario: dict = SWARM) -> None:
         assert out == [], f"replicas out of the ISR at the end: {out}; --seed {seed}"
 
 
-def test_seed_sweep_200_swarm_schedules() -> None:
-    _sweep(range(1, 201))
+# make test sweeps a few dozen seeds (the suite's 20-minute budget on 2 cores); `make test-all` sweeps
+# thousands (the slow ones below).
+def test_seed_sweep_40_swarm_schedules() -> None:
+    _sweep(range(1, 41))
 
 
-def test_seed_sweep_50_long_poll_restart_schedules() -> None:
-    _sweep(range(1, 51), LONG_POLL_RESTARTS)
+def test_seed_sweep_15_long_poll_restart_schedules() -> None:
+    _sweep(range(1, 16), LONG_POLL_RESTARTS)
+
+
+@pytest.mark.slow
+def test_seed_sweep_300_long_poll_restart_schedules() -> None:
+    _sweep(range(16, 316), LONG_POLL_RESTARTS)
 
 
 @pytest.mark.slow
 def test_seed_sweep_2000_swarm_schedules() -> None:
-    _sweep(range(201, 2201))
+    _sweep(range(41, 2041))
 
 
 def test_regression_seed_4_power_loss_truncates_a_crashed_leaders_log() -> None:
@@ -176,14 +184,18 @@ def test_regression_seed_4_power_loss_truncates_a_crashed_leaders_log() -> None:
     assert set(summary["lost_by"]) == {"power_loss"}
 
 
-def test_regression_seed_543_a_leader_that_wrote_nothing_leaves_no_epoch_behind() -> None:
-    """Seed 543 once tripped log matching: 4 led safe-1 at epoch 1 (cut off from the old leader 2)
-    and appended nothing; when 2 came back as the ELR leader, 4's truncation removed no record and
-    kept its empty epoch-1 entry, so the epoch-0 records it then fetched read as epoch 1.
-    """
-    sim = Simulation(parse_scenario({**SWARM, "seed": 543}, "<swarm>"))
-    p = sim.topic_range["safe"][0] + 1
-    summary = sim.run()
-    assert summary["invariant_violations"] == 0 and summary["records"]["lost"] == {}
-    slot = sim.table.slot_of(p, 4)
-    assert [e for e, _start in sim.table.epoch_caches[p][slot]] == [0, 3]  # epoch 1 is gone
+def test_regression_a_leader_that_wrote_nothing_leaves_no_epoch_behind() -> None:
+    """Seed 543 of the swarm once tripped log matching: broker 4 led a partition at epoch 1 and appended
+    nothing; when the old leader came back, 4's truncation removed no record and kept its empty epoch-1
+    entry, so the epoch-0 records it then fetched read as epoch 1. As UnifiedLog.truncateTo does, the epoch
+    cache is cut at the truncation offset even when no record goes. (The swarm's schedules have moved since
+    brokers heartbeat on their own phases, so the case is built here rather than found by seed.)"""
+    t = PartitionTable(1, 3)
+    p = t.add_partition(0, 0, (2, 3, 4), 0, 512)
+    s = t.slot_of(p, 4)
+    t.assign_epoch(p, s, 0, 0)
+    t.leo[p, s] = 10                  # ten records of epoch 0
+    t.assign_epoch(p, s, 1, 10)       # leader at epoch 1 from offset 10, nothing appended
+    assert t.truncate(p, s, 10) == 0
+    assert t.epoch_caches[p][s] == [(0, 0)]
+    assert t.epoch_at(p, s, 9) == 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from broker_emulator.simulation import Simulation
-from tests.emulator.helpers import isr, leader_of, simulate
+from tests.emulator.helpers import events, isr, leader_of, simulate
 from tests.emulator.test_faults_elections_metrics import base
 
 
@@ -46,3 +46,44 @@ def test_page_cache_writeback_waits_for_the_configured_expiry() -> None:
         leo_at_wakeup = int(t.leo[0, 0])
         assert 0 < int(t.flushed[0, 0]) <= leo_at_wakeup and int(t.flushed[0, 0]) > leo_at_wakeup * 0.85, (
             f"expiry {expire_s}s: the log is written back whole at the wake-up after the expiry")
+
+
+def _event_times(sim: Simulation, event_type: str, cause: str | None = None) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for row in events(sim, event_type):
+        if cause is None or row[7] == cause:
+            out.setdefault(row[3], []).append(row[0])
+    return out
+
+
+def test_brokers_stopped_together_are_fenced_apart_each_on_its_own_heartbeat_phase() -> None:
+    """BrokerLifecycleManager heartbeats every broker.heartbeat.interval.ms from the broker's own start;
+    QuorumController.rescheduleMaybeFenceStaleBrokers fences a broker when its session (from its last
+    heartbeat) ends. Brokers 2 and 3 paused at the same instant are fenced at session end after each one's
+    last heartbeat: between 7 and 9 s later (9 s session, 2 s heartbeats), at different times."""
+    spreads = set()
+    for seed in (1, 2, 3, 4, 5):
+        sim = simulate(base("  - {at: 20s, kind: pause, brokers: [2, 3]}", duration="40s"), seed=seed)
+        sim.run()
+        fenced = _event_times(sim, "fenced", "session_timeout")
+        after = sorted(t - 20_000 for b in (2, 3) for t in fenced[b])
+        assert len(after) == 2 and all(7_000 < d <= 9_001 for d in after), (seed, after)
+        spreads.add(after[1] - after[0])
+    assert len(spreads) > 1 and max(spreads) > 0, "the brokers' heartbeat phases come from the seed"
+
+
+def test_a_restarted_broker_registers_after_a_seeded_log_recovery_time() -> None:
+    """A restarted broker is back (registered) after log.recovery.ms * (1 ± log.recovery.jitter), drawn from the
+    seed: real Kafka 4.3 brokers took 3.6-10.7 s; the default 7 s ± 50 % spans 3.5-10.5 s. The same seed gives
+    the same times."""
+    faults = "".join(f"  - {{at: {10 + 30 * i}s, kind: crash, broker: {1 + i % 3}, duration: 1s}}\n"
+                     for i in range(6))
+    took = []
+    for _ in range(2):
+        sim = simulate(base(faults.rstrip("\n"), duration="200s"), seed=11)
+        sim.run()
+        registered = _event_times(sim, "broker_state", "registered")
+        took.append(sorted(t - (11_000 + 30_000 * i) for i in range(6) for t in registered[1 + i % 3]
+                           if 0 < t - (11_000 + 30_000 * i) < 20_000))
+    assert took[0] == took[1] and len(took[0]) == 6
+    assert all(3_500 <= d <= 10_500 for d in took[0]) and len(set(took[0])) == 6, took[0]
