@@ -120,7 +120,7 @@ test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
 
 test-all: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow or not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check .

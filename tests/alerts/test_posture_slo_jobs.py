@@ -87,6 +87,9 @@ def test_slo_windows_match_silver_and_burn_pages_where_budget_went(spark: Any, s
     assert lost["error_budget_remaining"] == pytest.approx(1 - (2 / lost["total_window"]) / (1 - objective))
 
 
+# A slow test (make test-all): the alerts job's kill-and-restart test in make test covers the gold jobs' shared
+# exactly-once path (app transactions on the gold commits).
+@pytest.mark.slow
 def test_killed_slo_job_restarts_without_double_counting(silver_lake: str, tmp_path: Path) -> None:
     lake = str(tmp_path / "lake")
     shutil.copytree(silver_lake, lake, ignore=shutil.ignore_patterns("slo_timeslices", "slo_status", "_checkpoints"))

@@ -143,6 +143,8 @@ def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path,
     _restart_and_check(lake, invalid=2)
 
 
+# A slow test (make test-all): the kills at each write boundary above cover the same recovery in make test.
+@pytest.mark.slow
 def test_sigkill_from_outside_while_batches_run_then_restart(bronze_template: Path, tmp_path: Path) -> None:
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_template, lake)

@@ -225,7 +225,9 @@ def _bad_partition_states(template: dict[str, Any]) -> tuple[list[dict[str, Any]
     return out, expected
 
 
-@pytest.mark.parametrize("engine", ["pandas", "spark"])  # the driver route and the Spark route
+# The driver route, and the Spark route (slow: make test-all; test_batches_over_the_pandas_limit_get_the_same_
+# verdict_from_ge_spark_engine covers that route in make test)
+@pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.slow)])
 def test_kafka_invariants_quarantine_with_named_reasons(spark: Any, lakehouse: str, engine: str) -> None:
     emulate(lakehouse, duration="6s", faults=[])
     config = rows(TOPIC_CONFIGS, lakehouse)[0]
