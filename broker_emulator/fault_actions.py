@@ -166,10 +166,12 @@ def _resume(sim: FaultTarget, a: Action) -> None:
 
 def _partition(sim: FaultTarget, a: Action) -> None:
     sim.network.partition(a.groups)
+    sim.replication.network_cut()
 
 
 def _heal(sim: FaultTarget, a: Action) -> None:
     sim.network.heal()
+    sim.replication.network_healed()
     for b in sim.brokers.ids:
         if b in sim.stale_view and sim.brokers.running(b):
             sim.resync(b)

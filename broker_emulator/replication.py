@@ -81,6 +81,7 @@ class Replication:
         self.t = sim.table
         self.busy: dict[tuple[int, int], bool] = {}
         self.parked: dict[tuple[int, int], FetchRequest] = {}
+        self.cut_off: dict[tuple[int, int], FetchRequest] = {}   # parked when the network was cut: no answer yet
         self._sessions: dict[int, dict[int, SessionMembers]] = {}
         self._broker_replicas: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._request_ids = 0
@@ -281,6 +282,37 @@ class Replication:
         """
         for key in sorted(k for k in self.parked if k[1] == leader):
             del self.parked[key]
+            self.retry_after_backoff(key)
+
+    def network_cut(self) -> None:
+        """A network partition: a fetch parked at a leader its follower no longer reaches gets no answer across it.
+
+        The leader's answer waits in TCP's retransmissions: it arrives once the network heals (`network_healed`),
+        unless the follower's request timed out first, replica.socket.timeout.ms after it was sent (the fetcher's
+        NetworkClient then disconnects, and AbstractFetcherThread retries after replica.fetch.backoff.ms).
+        """
+        sim = self.sim
+        now, cfg = sim.clock.now_ms, sim.cfg
+        for key in sorted(self.parked):
+            if sim.network.reachable(*key):
+                continue
+            req = self.parked.pop(key)
+            sent = self.session_fetch_ms.get(key, now) - cfg.network_latency_ms
+            self.cut_off[key] = req
+            sim.queue.schedule(max(now, sent + cfg.replica_socket_timeout_ms), "fetch_timeout",
+                               (key, req.request_id))
+
+    def network_healed(self) -> None:
+        """The answers held by the cut arrive (their requests had not timed out yet)."""
+        for key in sorted(self.cut_off):
+            if self.sim.network.reachable(*key):
+                self.respond(self.cut_off.pop(key))
+
+    def fetch_timeout(self, payload: tuple[tuple[int, int], int]) -> None:
+        key, request_id = payload
+        req = self.cut_off.get(key)
+        if req is not None and req.request_id == request_id:
+            del self.cut_off[key]
             self.retry_after_backoff(key)
 
     def retry_after_backoff(self, key: tuple[int, int]) -> None:

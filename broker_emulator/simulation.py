@@ -176,6 +176,7 @@ class Simulation:
             "fetch_leader": lambda r: rep.at_leader([r, *self.queue.pop_same("fetch_leader")]),
             "fetch_apply": lambda r: rep.at_follower([r, *self.queue.pop_same("fetch_apply")]),
             "fetch_wake": rep.wake,
+            "fetch_timeout": rep.fetch_timeout,
             "produce_tick": prod.tick,
             "produce_arrive": lambda r: prod.arrive([r, *self.queue.pop_same("produce_arrive")]),
             "produce_retry": prod.retry,

@@ -87,3 +87,38 @@ def test_a_restarted_broker_registers_after_a_seeded_log_recovery_time() -> None
                            if 0 < t - (11_000 + 30_000 * i) < 20_000))
     assert took[0] == took[1] and len(took[0]) == 6
     assert all(3_500 <= d <= 10_500 for d in took[0]) and len(set(took[0])) == 6, took[0]
+
+
+IDLE = """
+name: t
+duration: 60s
+cluster: {brokers: 3}
+topics:
+  - {name: t, partitions: 1, replication.factor: 3, assignment: [[1, 2, 3]]}
+faults:
+  - {at: 10s, kind: network_partition, groups: [[3], [1, 2, controller]], duration: 5s}
+"""
+
+
+def test_a_fetch_parked_before_a_network_partition_is_not_answered_across_it() -> None:
+    """A fetch parked at the leader (no new data: the leader waits up to replica.fetch.wait.max.ms) when the
+    network is cut gets no answer across the cut: TCP holds the leader's answer until the network heals, unless
+    the follower's NetworkClient times the request out first (replica.socket.timeout.ms, 30 s; the fetcher,
+    AbstractFetcherThread, then retries after replica.fetch.backoff.ms). Broker 3, cut off from leader 1 at
+    10 s, hears nothing from it until the heal at 15 s, and then at once."""
+    sim = simulate(IDLE.replace("[]", ""), workload={"producers": []})
+    answered: list[tuple[int, int, int]] = []
+    at_follower = sim.replication.at_follower
+
+    def spy(responses: list) -> None:
+        answered.extend((sim.clock.now_ms, r.request.follower, r.request.leader) for r in responses)
+        at_follower(responses)
+
+    sim.replication.at_follower = spy  # type: ignore[method-assign]
+    sim._handlers["fetch_apply"] = lambda r: spy([r, *sim.queue.pop_same("fetch_apply")])
+    sim.run_until(9_000)
+    assert any(f == 3 and lead == 1 for _t, f, lead in answered), "broker 3 fetches from leader 1 before the cut"
+    sim.run_until(30_000)
+    to_3 = [t for t, f, lead in answered if f == 3 and lead == 1]
+    assert [t for t in to_3 if 10_000 < t < 15_000] == [], "no answer reaches broker 3 across the cut"
+    assert min(t for t in to_3 if t >= 15_000) <= 15_010, "the held answer arrives when the network heals"
