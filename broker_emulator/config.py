@@ -34,6 +34,10 @@ class BrokerConfig:
     # "epoch" (KIP-101/279, Kafka today) or "high_watermark" (pre-KIP-101, loses data on leader changes)
     truncation: str = "epoch"
     controlled_shutdown_enable: bool = True
+    # Leaders move back to their preferred replica by themselves (QuorumController's
+    # maybeBalancePartitionLeaders), checked leader.imbalance.check.interval.seconds after an imbalance appears.
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_seconds: int = 300
     # How long a restarted broker takes (JVM start, log recovery) before it registers again: drawn from the seed
     # in log_recovery_ms * (1 ± log_recovery_jitter). Real Kafka 4.3 brokers on loopback with small logs
     # registered 3.6-10.7 s after their restart (issue 23): 7 s ± 50 %.

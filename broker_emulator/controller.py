@@ -63,6 +63,7 @@ class Controller:
         self.unclean_shutdown = {b: False for b in ids}
         self.last_heartbeat_ms = {b: 0 for b in ids}
         self.last_election: dict[int, tuple[int, str]] = {}
+        self.balance_scheduled = False
 
     # --- sessions ----------------------------------------------------------------------------
     def heartbeat(self, b: int) -> None:
@@ -131,15 +132,41 @@ class Controller:
         delay = self.sim.cfg.metadata_propagation_ms + 2 * self.sim.cfg.network_latency_ms
         self.sim.queue.schedule(self.sim.clock.now_ms + delay, "shutdown_complete", b)
 
-    def elect_leaders(self, ps: list[int], election_type: str) -> None:
+    def elect_leaders(self, ps: list[int], election_type: str, cause: str = "preferred_election") -> None:
         t = self.t
         for p in ps:
             if election_type == "preferred":
                 preferred = int(t.replicas[p, 0])
                 if t.leader[p] != preferred and t.isr[p, 0] and self.acceptable(preferred):
-                    self.change(p, force_leader=preferred, cause="preferred_election")
+                    self.change(p, force_leader=preferred, cause=cause)
             elif t.leader[p] == NO_BROKER:
                 self.change(p, cause="admin_unclean_election", allow_unclean=True)
+
+    # --- auto leader rebalance ---------------------------------------------------------------
+    def _maybe_schedule_balance(self) -> None:
+        """QuorumController.maybeScheduleNextBalancePartitionLeaders: once some partition's leader is not its
+        preferred replica (the first in assignment order), a balance is scheduled
+        leader.imbalance.check.interval.seconds later, unless one already is."""
+        sim, t = self.sim, self.t
+        if self.balance_scheduled or not sim.cfg.auto_leader_rebalance_enable:
+            return
+        n = t.count
+        if not (t.leader[:n] != t.replicas[:n, 0]).any():
+            return
+        self.balance_scheduled = True
+        sim.queue.schedule(sim.clock.now_ms + sim.cfg.leader_imbalance_check_interval_seconds * 1000,
+                           "balance_leaders", None, priority=5)
+
+    def balance_leaders(self, _: object = None) -> None:
+        """ReplicationControlManager.maybeBalancePartitionLeaders: a preferred election for every imbalanced
+        partition (it moves only where the preferred replica is in the ISR and acceptable); the next balance
+        is scheduled by the changes, or below if some partition stays imbalanced."""
+        self.balance_scheduled = False
+        t = self.t
+        n = t.count
+        self.elect_leaders(np.flatnonzero(t.leader[:n] != t.replicas[:n, 0]).tolist(), "preferred",
+                           cause="auto_leader_rebalance")
+        self._maybe_schedule_balance()
 
     # --- AlterPartition (leader-initiated ISR changes) ----------------------------------------
     def request_isr_change(self, p: int, add_slot: int | None = None, remove_slots: list[int] | None = None) -> None:
@@ -283,6 +310,7 @@ class Controller:
                             detail={"isr": t.members(p, target), "previous_isr": t.members(p, old_isr),
                                     "elr": t.members(p, elr)})
         sim.publish([p])
+        self._maybe_schedule_balance()
 
     def _update_last_known_leader(self, p: int, old_leader: int, new_leader: int, target: np.ndarray,
                                   old_isr: np.ndarray) -> None:

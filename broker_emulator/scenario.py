@@ -152,6 +152,8 @@ _BROKER_KEYS = {
     "eligible.leader.replicas.enable": "eligible_leader_replicas_enable",
     "truncation": "truncation",
     "controlled.shutdown.enable": "controlled_shutdown_enable",
+    "auto.leader.rebalance.enable": "auto_leader_rebalance_enable",
+    "leader.imbalance.check.interval.seconds": "leader_imbalance_check_interval_seconds",
     "log.recovery.ms": "log_recovery_ms",
     "log.recovery.jitter": "log_recovery_jitter",
 }
@@ -166,7 +168,8 @@ _TOPIC_KEYS = {
     "flush.ms": "flush_ms",
 }
 _FRACTION_FIELDS = {"log_recovery_jitter"}
-_BOOL_FIELDS = {"unclean_leader_election_enable", "eligible_leader_replicas_enable", "controlled_shutdown_enable"}
+_BOOL_FIELDS = {"unclean_leader_election_enable", "eligible_leader_replicas_enable", "controlled_shutdown_enable",
+                "auto_leader_rebalance_enable"}
 
 
 def _settings(r: _Reader, k: str, mapping: dict[str, str], cls: type, source: str) -> Any:

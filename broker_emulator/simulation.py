@@ -190,6 +190,7 @@ class Simulation:
             "broker_registered": self._registered,
             "heartbeat": self._heartbeat,
             "session_expiry": self.controller.session_expiry,
+            "balance_leaders": ctl.balance_leaders,
             "isr_check": self._isr_check,
             "writeback": self._writeback,
             "retention": self._retention,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from broker_emulator.simulation import Simulation
 from tests.emulator.helpers import events, isr, leader_of, simulate
 from tests.emulator.test_faults_elections_metrics import base
@@ -122,3 +124,30 @@ def test_a_fetch_parked_before_a_network_partition_is_not_answered_across_it() -
     to_3 = [t for t, f, lead in answered if f == 3 and lead == 1]
     assert [t for t in to_3 if 10_000 < t < 15_000] == [], "no answer reaches broker 3 across the cut"
     assert min(t for t in to_3 if t >= 15_000) <= 15_010, "the held answer arrives when the network heals"
+
+
+def test_leaders_move_back_to_their_preferred_replica_by_themselves() -> None:
+    """auto.leader.rebalance.enable (Kafka's default, true): QuorumController schedules
+    maybeBalancePartitionLeaders leader.imbalance.check.interval.seconds after leadership leaves a preferred
+    replica, and ReplicationControlManager elects the preferred replica wherever it is in the ISR. Broker 1
+    crashes at 5 s (fenced ~8 s later: broker 2 leads), restarts at 10 s and rejoins the ISR; 30 s after
+    the leadership moved, the check elects broker 1 again. With the setting off, broker 2 keeps leading."""
+    faults = "  - {at: 5s, kind: crash, broker: 1, duration: 5s}"
+    sim = simulate(base(faults, duration="90s").replace(
+        "eligible.leader.replicas.enable: true", "eligible.leader.replicas.enable: true, "
+                                                 "leader.imbalance.check.interval.seconds: 30"))
+    sim.run_until(40_000)
+    assert leader_of(sim) == 2 and 1 in isr(sim)
+    moved = [e for e in events(sim, "election") if e[7] == "clean"]
+    assert len(moved) == 1
+    sim.run_until(90_000)
+    back = [e for e in events(sim, "election") if e[7] == "preferred"]
+    assert leader_of(sim) == 1 and len(back) == 1
+    assert back[0][0] - moved[0][0] == 30_000 and json.loads(back[0][9])["trigger"] == "auto_leader_rebalance"
+
+    off = simulate(base(faults, duration="90s").replace(
+        "eligible.leader.replicas.enable: true", "eligible.leader.replicas.enable: true, "
+                                                 "leader.imbalance.check.interval.seconds: 30, "
+                                                 "auto.leader.rebalance.enable: false"))
+    off.run()
+    assert leader_of(off) == 2 and [e for e in events(off, "election") if e[7] == "preferred"] == []
