@@ -36,6 +36,7 @@ class BrokerState:
     fetch_delay_ms: int = 0
     stalled: list[tuple[str, Any]] = field(default_factory=list)
     epoch: int = 1  # broker epoch: bumped on every registration (a restart)
+    paused_at_ms: int = 0  # when it was last paused (no follower's fetch reached it since)
 
 
 class Brokers:

@@ -212,9 +212,34 @@ class Controller:
             reply = (p, leader, False, kind, t.isr[p].copy())
         self.sim.queue.schedule(self.sim.clock.now_ms + self.sim.cfg.network_latency_ms, "alter_reply", reply)
 
+    def stale_leader_shrinks(self, b: int, paused_at_ms: int) -> None:
+        """Broker b resumes from a pause still believing it leads partitions the controller has moved on.
+
+        Partition.maybeShrinkIsr runs first (ReplicaManager's isr-expiration task is overdue): no follower's
+        fetch reached b while it was paused, so from its view every follower has been out of sync since then,
+        and once that is longer than replica.lag.time.max.ms it sends AlterPartition with its stale leader
+        epoch. The controller refuses it (ReplicationControlManager: FENCED_LEADER_EPOCH or NOT_LEADER), and
+        Partition.handleAlterPartitionError marks FailedIsrUpdatesPerSec on b."""
+        sim, t = self.sim, self.t
+        if sim.clock.now_ms - paused_at_ms <= sim.cfg.replica_lag_time_max_ms:
+            return
+        ps, ss = np.nonzero(t.replicas[: t.count] == b)
+        for p, s in zip(ps.tolist(), ss.tolist(), strict=True):
+            if t.known_leader[p, s] != b or int(t.rf[p]) < 2:
+                continue
+            if t.leader[p] == b and t.leader_epoch[p] == t.known_epoch[p, s]:
+                continue   # still the leader: its regular check handles it
+            target = np.zeros_like(t.isr[p])
+            target[s] = True
+            self._send_alter((p, b, int(t.known_epoch[p, s]), -1, target, "stale_shrink"))
+
     def alter_reply(self, reply: tuple) -> None:
         sim, t = self.sim, self.t
-        p, leader, ok, _kind, old = reply
+        p, leader, ok, kind, old = reply
+        if kind == "stale_shrink":   # a replaced leader's request: the partition's own state is not touched
+            if sim.brokers.running(leader):
+                sim.metrics.mark(leader, "FailedIsrUpdatesPerSec")
+            return
         ls = t.slot_of(p, leader)
         t.alter_inflight[p] = False
         t.pending_add[p] = False

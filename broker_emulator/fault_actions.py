@@ -150,6 +150,7 @@ def _pause(sim: FaultTarget, a: Action) -> None:
         st = sim.brokers.by_id[b]
         if st.liveness is Liveness.ALIVE:
             st.liveness = Liveness.PAUSED
+            st.paused_at_ms = sim.clock.now_ms
 
 
 def _resume(sim: FaultTarget, a: Action) -> None:
@@ -160,6 +161,9 @@ def _resume(sim: FaultTarget, a: Action) -> None:
         st.liveness = Liveness.ALIVE
         sim.brokers.release(b)
         if b in sim.stale_view:
+            # Its overdue ISR-expiration task runs before the metadata it missed arrives: a leader the
+            # controller has replaced shrinks on stale state, and is refused.
+            sim.controller.stale_leader_shrinks(b, st.paused_at_ms)
             sim.resync(b)
         sim.replication.start_sessions(b)
 

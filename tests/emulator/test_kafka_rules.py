@@ -151,3 +151,19 @@ def test_leaders_move_back_to_their_preferred_replica_by_themselves() -> None:
                                                  "auto.leader.rebalance.enable: false"))
     off.run()
     assert leader_of(off) == 2 and [e for e in events(off, "election") if e[7] == "preferred"] == []
+
+
+def test_a_resumed_replaced_leader_shrinks_on_stale_state_and_is_refused() -> None:
+    """Broker 1 leads and is paused for 40 s (longer than replica.lag.time.max.ms, 30 s): fenced at ~9 s, its
+    leadership moves to 2. Resumed, its overdue isr-expiration task (Partition.maybeShrinkIsr) runs before the
+    metadata it missed: it asks to shrink the ISR to itself with its old leader epoch; the controller refuses
+    (ReplicationControlManager, FENCED_LEADER_EPOCH) and Partition.handleAlterPartitionError marks
+    FailedIsrUpdatesPerSec once, on broker 1. The ISR is not touched by it; broker 1 then follows 2. A pause
+    shorter than the lag time leaves no failed update."""
+    totals: dict[int, int] = {}
+    for pause_s in (40, 20):
+        sim = simulate(base(f"  - {{at: 5s, kind: pause, broker: 1, duration: {pause_s}s}}", duration="80s"))
+        sim.run()
+        totals[pause_s] = sim.metrics.counts.get((1, "FailedIsrUpdatesPerSec"), 0)
+        assert leader_of(sim) == 2 and isr(sim) == [1, 2, 3]
+    assert totals == {40: 1, 20: 0}
