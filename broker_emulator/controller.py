@@ -17,6 +17,8 @@ from broker_emulator.state import NO_BROKER, RECOVERED, RECOVERING
 from schemas.kafka_metrics import CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
+    from random import Random
+
     from broker_emulator.brokers import Brokers, Network
     from broker_emulator.clock import EventQueue, SimClock
     from broker_emulator.config import BrokerConfig
@@ -49,6 +51,9 @@ class ControllerHost(Protocol):
     def replication(self) -> ReplicationPort: ...
     @property
     def produce(self) -> ProducePort: ...
+    @property
+    def rng_timing(self) -> Random:
+        """The seeded stream of timing draws (which of two racing messages arrives first)."""
     def publish(self, ps: list[int]) -> None:
         """Send a committed partition change to the brokers and clients (after metadata propagation)."""
 
@@ -204,13 +209,19 @@ class Controller:
         if ok and kind == "expand":
             added = [s for s in range(int(t.rf[p])) if target[s] and not t.isr[p, s]]
             ok = all(self.acceptable(int(t.replicas[p, s])) for s in added)
+        sim = self.sim
+        delay = sim.cfg.network_latency_ms
         if ok:
             old = t.isr[p].copy()
             self._commit(p, target, cause="leader_" + kind, leader_initiated=True)
-            reply = (p, leader, True, kind, old)
+            reply = (p, leader, True, kind, old, int(t.partition_epoch[p]))
+            # The answer and the metadata record of the change race to the leader (the controller answers once
+            # the record is committed; the broker's metadata listener fetches it in parallel): the answer
+            # arrives within twice the metadata's propagation, so either may come first, by the seed.
+            delay = sim.rng_timing.randint(delay, max(delay, 2 * sim.cfg.metadata_propagation_ms))
         else:
-            reply = (p, leader, False, kind, t.isr[p].copy())
-        self.sim.queue.schedule(self.sim.clock.now_ms + self.sim.cfg.network_latency_ms, "alter_reply", reply)
+            reply = (p, leader, False, kind, t.isr[p].copy(), -1)
+        sim.queue.schedule(sim.clock.now_ms + delay, "alter_reply", reply)
 
     def stale_leader_shrinks(self, b: int, paused_at_ms: int) -> None:
         """Broker b resumes from a pause still believing it leads partitions the controller has moved on.
@@ -235,7 +246,7 @@ class Controller:
 
     def alter_reply(self, reply: tuple) -> None:
         sim, t = self.sim, self.t
-        p, leader, ok, kind, old = reply
+        p, leader, ok, kind, old, committed_epoch = reply
         if kind == "stale_shrink":   # a replaced leader's request: the partition's own state is not touched
             if sim.brokers.running(leader):
                 sim.metrics.mark(leader, "FailedIsrUpdatesPerSec")
@@ -248,12 +259,18 @@ class Controller:
                 sim.metrics.mark(leader, "FailedIsrUpdatesPerSec")
             return
         if t.known_leader[p, ls] == leader:
+            # Partition.submitAlterPartition: when the metadata with the new ISR reached the leader first, its
+            # partition state is no longer the pending one and the answer is ignored, so no IsrExpandsPerSec.
+            # (Partition.scala treats a shrink the same way; real runs counted every shrink, so shrinks are
+            # left counted until the fidelity bench says otherwise.)
+            answered_first = int(t.leader_partition_epoch[p]) < committed_epoch
             t.leader_isr[p] = t.isr[p]
-            self._count_isr_change(p, leader, old, t.isr[p])
+            self._count_isr_change(p, leader, old, t.isr[p], count_expand=answered_first)
         sim.replication.advance_hw(np.asarray([p]))
         sim.produce.complete(p)
 
-    def _count_isr_change(self, p: int, leader: int, old: np.ndarray, new: np.ndarray) -> None:
+    def _count_isr_change(self, p: int, leader: int, old: np.ndarray, new: np.ndarray,
+                          count_expand: bool = True) -> None:
         sim, t = self.sim, self.t
         removed = t.members(p, old & ~new)
         added = t.members(p, new & ~old)
@@ -262,7 +279,8 @@ class Controller:
             sim.events.emit("isr_shrink", broker_id=leader, p=p, cause="lag",
                             detail={"removed": removed, "isr": t.members(p, new)})
         if added:
-            sim.metrics.mark(leader, "IsrExpandsPerSec")
+            if count_expand:
+                sim.metrics.mark(leader, "IsrExpandsPerSec")
             sim.events.emit("isr_expand", broker_id=leader, p=p, cause="caught_up",
                             detail={"added": added, "isr": t.members(p, new)})
 

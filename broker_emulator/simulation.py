@@ -242,6 +242,7 @@ class Simulation:
                 self._become_leader(p, s)
             else:
                 t.leader_isr[p] = t.isr[p]
+                t.leader_partition_epoch[p] = t.partition_epoch[p]
                 self.replication.advance_hw(np.asarray([p]))
         elif epoch_changed or was_leader:
             t.needs_truncation[p, s] = True
@@ -262,6 +263,7 @@ class Simulation:
         t.epoch_start_offset[p] = leo
         t.assign_epoch(p, s, int(t.leader_epoch[p]), leo)
         t.leader_isr[p] = t.isr[p]
+        t.leader_partition_epoch[p] = t.partition_epoch[p]
         t.pending_add[p] = False
         t.alter_inflight[p] = False
         t.last_caught_up_ms[p] = np.where(t.isr[p], now, 0)

@@ -90,6 +90,7 @@ class PartitionTable:
         self.leader_isr = np.zeros((p, r), bool)      # committed ISR as the leader knows it
         self.pending_add = np.zeros((p, r), bool)     # expansion sent to the controller, not yet committed
         self.alter_inflight = np.zeros(p, bool)
+        self.leader_partition_epoch = np.zeros(p, i32)  # the partition epoch the leader last applied from metadata
         self.epoch_start_offset = np.zeros(p, i64)    # leader LEO when it became leader
         self.seen_leo = np.zeros((p, r), i64)         # follower LEO as of its last fetch
         self.last_caught_up_ms = np.zeros((p, r), i64)

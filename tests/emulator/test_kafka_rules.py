@@ -167,3 +167,20 @@ def test_a_resumed_replaced_leader_shrinks_on_stale_state_and_is_refused() -> No
         totals[pause_s] = sim.metrics.counts.get((1, "FailedIsrUpdatesPerSec"), 0)
         assert leader_of(sim) == 2 and isr(sim) == [1, 2, 3]
     assert totals == {40: 1, 20: 0}
+
+
+def test_an_expansion_is_counted_only_when_its_answer_reaches_the_leader_before_the_metadata() -> None:
+    """Partition.submitAlterPartition ignores an AlterPartition answer once the partition state is no longer the
+    pending one (the metadata record with the new ISR came first): IsrExpandsPerSec is marked only when the
+    answer wins the race. Over repeated expansions some are counted and some not, the same ones for the same
+    seed; the isr_expand events (what happened) are all there."""
+    faults = "".join(f"  - {{at: {5 + 20 * i}s, kind: crash, broker: 3, duration: 3s}}\n" for i in range(10))
+    counted = []
+    for _ in range(2):
+        sim = simulate(base(faults.rstrip("\n"), duration="210s"), seed=3)
+        sim.run()
+        expands = [e for e in events(sim, "isr_expand") if 3 in json.loads(e[9])["added"]]
+        meter = sum(n for (node, name), n in sim.metrics.counts.items() if name == "IsrExpandsPerSec")
+        assert len(expands) == 10
+        counted.append(meter)
+    assert counted[0] == counted[1] and 0 < counted[0] < 10, counted
