@@ -153,6 +153,10 @@ class Invariants:
                 parked = rep.parked.get(payload[:2])
                 if parked is not None and parked.request_id == payload[2]:
                     ahead.add(payload[:2])
+            elif kind == "fetch_timeout":   # a fetch whose answer a network cut holds
+                held = rep.cut_off.get(payload[0])
+                if held is not None and held.request_id == payload[1]:
+                    ahead.add(payload[0])
         for key in sorted(k for k, busy in rep.busy.items() if busy and k not in ahead):
             raise InvariantViolation(self._message(f"fetch session {key[0]}->{key[1]} has no next step: "
                                                    "it would never fetch again"))

@@ -283,6 +283,9 @@ class Replication:
         for key in sorted(k for k in self.parked if k[1] == leader):
             del self.parked[key]
             self.retry_after_backoff(key)
+        for key in sorted(k for k in self.cut_off if k[1] == leader):
+            del self.cut_off[key]
+            self.retry_after_backoff(key)
 
     def network_cut(self) -> None:
         """A network partition: a fetch parked at a leader its follower no longer reaches gets no answer across it.
@@ -305,8 +308,13 @@ class Replication:
     def network_healed(self) -> None:
         """The answers held by the cut arrive (their requests had not timed out yet)."""
         for key in sorted(self.cut_off):
-            if self.sim.network.reachable(*key):
-                self.respond(self.cut_off.pop(key))
+            if not self.sim.network.reachable(*key):
+                continue
+            req = self.cut_off.pop(key)
+            if self.sim.brokers.running(key[1]):
+                self.respond(req)
+            else:   # the leader went down meanwhile: the connection is gone, the follower retries
+                self.retry_after_backoff(key)
 
     def fetch_timeout(self, payload: tuple[tuple[int, int], int]) -> None:
         key, request_id = payload

