@@ -117,10 +117,10 @@ test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo --no-cache
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=15
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
 
 test-all: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
-	$(PY) -m pytest -q -n 2 --dist loadfile -m "slow or not slow"
+	$(PY) -m pytest -q -n 2 --dist loadgroup -m "slow or not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check .

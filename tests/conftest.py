@@ -36,3 +36,31 @@ def silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: object) -> str:
 @pytest.fixture
 def lakehouse(tmp_path: Path) -> str:
     return str(tmp_path / "lakehouse")
+
+
+# make test runs on two xdist workers with --dist loadgroup: each test file is a group (its module fixtures are
+# built once), and every test on the session's `silver_lake` joins one group (built once, not once per worker).
+# Groups start heaviest first (the longest in make test's --durations), so the last one to start is short and
+# neither worker idles while the other finishes a long file.
+HEAVIEST_FIRST = (
+    "silver_lake",
+    "tests/pipeline/test_exactly_once.py",
+    "tests/collector/test_collect_real_kafka.py",
+    "tests/pipeline/test_validate.py",
+    "tests/test_pipeline_cli.py",
+    "tests/collector/test_canary.py",
+    "tests/alerts/test_isr_thrash_end_to_end.py",
+    "tests/emulator/test_determinism_and_sweep.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    on_silver_lake = {file_of(i) for i in items if "silver_lake" in getattr(i, "fixturenames", ())}
+    group = {id(i): "silver_lake" if file_of(i) in on_silver_lake else file_of(i) for i in items}
+    rank = {name: n for n, name in enumerate(HEAVIEST_FIRST)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(name=group[id(item)]))
+    items.sort(key=lambda item: rank.get(group[id(item)], len(rank)))   # stable: files stay in order and whole

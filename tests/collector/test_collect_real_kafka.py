@@ -144,7 +144,12 @@ def stalled_follower_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
                                           metrics_urls={None: cluster.metrics_urls}, interval_s=1.0,
                                           timeout_s=TIMEOUT_S))
     with Load(cluster.bootstrap_servers), Running(collector) as running:
-        time.sleep(5)
+        # Broker 3 must have reported before it stalls: BrokerNotReporting is about a broker gone silent, and
+        # on a loaded machine its exporter's first answers can miss the 0.5 s timeout for a few intervals.
+        wait_for(lambda: 3 in collector.metrics_urls and not collector.unassigned_urls, 60,
+                 "every node's exporter answering")
+        seen_at = len(running.steps)
+        wait_for(lambda: len(running.steps) >= seen_at + 3, 30, "three intervals with broker 3 reporting")
         cluster.pause(3)
         paused_at = time.monotonic()
         time.sleep(40)
