@@ -14,10 +14,9 @@ from collector.cluster_view import (
     ClusterReader,
     Partition,
     TopicConfig,
-    metadata_key,
-    metadata_key_checked,
 )
 from collector.kafka_wire import PreEncoded
+from collector.metadata_key import metadata_key, metadata_key_checked
 from collector.observed_events import Remembered, partition_events
 from tests.collector.metadata_answers import FakeConnection, metadata_body
 
