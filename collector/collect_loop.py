@@ -145,6 +145,7 @@ class Collector:
         scrapes_future = self._pool.submit(self._scrape)
         view = self.reader.read(now_ms)
         scrapes = scrapes_future.result()
+        gathered_ms = (time.perf_counter() - t0) * 1000   # the network part: bounded by the request timeout
         tables, events = self._tables(view, scrapes, final)
         self.sink.write_batch(self.batch_id, tables)
         self.memory.save()
@@ -154,7 +155,7 @@ class Collector:
         self.last_interval_ms = (time.perf_counter() - t0) * 1000
         return {"batch": self.batch_id - 1, "partitions": len(view.partitions), "events": len(events),
                 "not_answering": sorted(view.not_answering), "elapsed_ms": round(self.last_interval_ms, 1),
-                "steps_ms": {k: round(v, 1) for k, v in view.step_ms.items()}}
+                "gathered_ms": round(gathered_ms, 1), "steps_ms": {k: round(v, 1) for k, v in view.step_ms.items()}}
 
     def _scrape(self) -> dict[int, NodeScrape]:
         timeout = self.settings.timeout_s

@@ -8,6 +8,7 @@ brokers; then the pipeline runs available-now over what it wrote, and the assert
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 import yaml
 from confluent_kafka import Producer
@@ -154,10 +156,11 @@ def stalled_follower_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
         paused_at = time.monotonic()
         time.sleep(40)
         cluster.resume(3)
-        resumed_at = time.monotonic()
+        resumed_at, resumed_wall = time.monotonic(), time.time()
         wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster).values()), 60, "the ISR to be whole again")
         time.sleep(5)
-    return {"lake": lake, "steps": running.steps, "paused": (paused_at, resumed_at), "run_id": collector.run_id}
+    return {"lake": lake, "steps": running.steps, "paused": (paused_at, resumed_at), "resumed_wall": resumed_wall,
+            "run_id": collector.run_id}
 
 
 def test_a_stalled_broker_does_not_stall_a_collection_interval(stalled_follower_run: dict[str, Any]) -> None:
@@ -166,8 +169,11 @@ def test_a_stalled_broker_does_not_stall_a_collection_interval(stalled_follower_
     assert len(during) >= 30, ("the collector kept writing a batch about every second",
                                [(round(s["at"] - paused, 1), s["elapsed_ms"], s["steps_ms"]) for s in during])
     # Broker 3 answers nothing: each interval waits for it at most the request timeout (Metadata and the scrape
-    # run side by side), plus the Delta commits.
-    assert max(s["elapsed_ms"] for s in during) < 1000 * (2 * TIMEOUT_S) + 600, during
+    # run side by side) before the other brokers' answers are in. The Delta commits come after, CPU-bound: on a
+    # machine the rest of the suite loads they add up to a second, so the whole interval is bounded more loosely,
+    # well below the ~10 s an interval stalled on librdkafka's own timeouts would take.
+    assert max(s["gathered_ms"] for s in during) < 1000 * (2 * TIMEOUT_S) + 500, during
+    assert max(s["elapsed_ms"] for s in during) < 4000, during
     assert sum(3 in s["not_answering"] for s in during) >= len(during) - 2
 
 
@@ -183,8 +189,13 @@ def test_the_collector_writes_the_emulators_tables_and_the_pipeline_fires_under_
     assert {list(r["broker_ids"]) == [1, 2, 3] for r in runs} == {True}
     assert list(runs[-1]["controller_ids"]) == [3000] and runs[-1]["final"]
     state = of_run(PARTITION_STATE, lake, run_id)
-    shrunk = state[state["isr"].map(len) < 3]
-    assert set(shrunk["topic"]) == {TOPIC} and (shrunk["isr"].map(lambda isr: 3 not in isr)).all()
+    # Until broker 3 resumed, only it left the ISR. After, on a loaded machine, a follower the CPU starved can
+    # lag replica.lag.time.max.ms (3 s) and leave for a moment too: that is the cluster's doing, recorded as is.
+    resumed = pd.Timestamp(stalled_follower_run["resumed_wall"], unit="s", tz="UTC")
+    stalled = state[state["ts"] < resumed]
+    shrunk = stalled[stalled["isr"].map(len) < 3]
+    assert len(shrunk) >= 6 and set(shrunk["topic"]) == {TOPIC}
+    assert (shrunk["isr"].map(lambda isr: 3 not in isr)).all(), shrunk
     # Replica log end offsets come from each broker (null while broker 3 does not answer); the HW never passes
     # the leader's.
     online = state[state["leader"] >= 0]
@@ -193,7 +204,8 @@ def test_the_collector_writes_the_emulators_tables_and_the_pipeline_fires_under_
     assert known.mean() > 0.9 and (online["high_watermark"][known] <= leader_leo[known]).all()
     events = of_run(CLUSTER_EVENTS, lake, run_id)
     assert {"isr_shrink", "isr_expand", "broker_state"} <= set(events["event_type"])
-    assert set(events.loc[events["event_type"] == "isr_shrink", "detail"].map(lambda d: "3" in d)) == {True}
+    shrinks_seen = events[(events["event_type"] == "isr_shrink") & (events["ts"] < resumed)]
+    assert len(shrinks_seen) >= 1 and {tuple(json.loads(d)["removed"]) for d in shrinks_seen["detail"]} == {(3,)}
     metrics = of_run(BROKER_METRICS, lake, run_id)
     assert {1, 2, 3, 3000} == set(metrics["broker_id"])
     shrinks = metrics[(metrics["name"] == "IsrShrinksPerSec")].groupby("broker_id")["count"].max()
