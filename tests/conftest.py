@@ -54,6 +54,10 @@ HEAVIEST_FIRST = (
 )
 
 
+# tryfirst: xdist's own hook (on each worker) turns the xdist_group marks into node-id suffixes, so they must be
+# on the items before it runs; after it, every test is its own group and a file's module fixtures, and the
+# session's silver_lake, are built on both workers.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     def file_of(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
@@ -64,3 +68,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         item.add_marker(pytest.mark.xdist_group(name=group[id(item)]))
     items.sort(key=lambda item: rank.get(group[id(item)], len(rank)))   # stable: files stay in order and whole
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # pytest 9.2 derives node ids from a field xdist 3.8 does not set: the groups silently vanish (each test its
+    # own group), and the suite's time with them. Refuse to run so rather than find out from the clock.
+    if session.config.getoption("loadgroup", default=False) and session.items \
+            and "@" not in session.items[0].nodeid:
+        raise pytest.UsageError("xdist --dist loadgroup did not group the tests (pytest and pytest-xdist versions "
+                                "that do not work together?): see pyproject.toml's pins")
