@@ -1,7 +1,8 @@
 """Broker liveness (alive, paused, crashed, shutting down, stopped, recovering) and the network.
 
 A paused broker (a GC stall) keeps its connections: requests sent to it wait and are processed when
-it resumes. A crashed or stopped broker refuses connections at once.
+it resumes, unless their sender gave them up first (a producer's socket.timeout.ms). A crashed or stopped
+broker refuses connections at once.
 """
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ class BrokerConfig:
     replica_lag_time_max_ms: int = 30_000
     replica_fetch_wait_max_ms: int = 500
     replica_fetch_max_bytes: int = 1_048_576
+    replica_fetch_min_bytes: int = 1   # a leader holds a follower's fetch until this much is new (or wait.max)
     replica_fetch_backoff_ms: int = 1_000
     replica_socket_timeout_ms: int = 30_000
     broker_session_timeout_ms: int = 9_000
@@ -31,7 +32,9 @@ class BrokerConfig:
     min_insync_replicas: int = 1
     unclean_leader_election_enable: bool = False
     eligible_leader_replicas_enable: bool = True
-    # "epoch" (KIP-101/279, Kafka today) or "high_watermark" (pre-KIP-101, loses data on leader changes)
+    # "epoch" (KIP-101/279, Kafka today), "kip101" (KIP-101 alone, Kafka 0.11 to 1.x: the follower truncates to
+    # the leader's end offset for its own last epoch, which can leave logs diverged, as KIP-279 shows) or
+    # "high_watermark" (pre-KIP-101, loses data on leader changes)
     truncation: str = "epoch"
     controlled_shutdown_enable: bool = True
     # Leaders move back to their preferred replica by themselves (QuorumController's
@@ -84,6 +87,8 @@ class ProducerSpec:
     retries: int = 2_147_483_647
     retry_backoff_ms: int = 100
     retry_backoff_max_ms: int = 1_000
+    max_in_flight: int = 5             # max.in.flight.requests.per.connection (5 with idempotence)
+    socket_timeout_ms: int = 60_000    # librdkafka: a request unanswered this long fails its connection
     start_ms: int = 0
     stop_ms: int | None = None
 

@@ -137,15 +137,28 @@ class Controller:
         delay = self.sim.cfg.metadata_propagation_ms + 2 * self.sim.cfg.network_latency_ms
         self.sim.queue.schedule(self.sim.clock.now_ms + delay, "shutdown_complete", b)
 
-    def elect_leaders(self, ps: list[int], election_type: str, cause: str = "preferred_election") -> None:
+    def elect_leaders(self, ps: list[int], election_type: str, cause: str = "preferred_election") -> dict[int, str]:
+        """ReplicationControlManager.electLeader, per partition, with its result code: ELECTION_NOT_NEEDED when
+        the preferred replica already leads (preferred) or a leader exists (unclean); else the election, or
+        PREFERRED_LEADER_NOT_AVAILABLE / ELIGIBLE_LEADERS_NOT_AVAILABLE when it finds no leader to elect."""
         t = self.t
+        results: dict[int, str] = {}
         for p in ps:
             if election_type == "preferred":
                 preferred = int(t.replicas[p, 0])
-                if t.leader[p] != preferred and t.isr[p, 0] and self.acceptable(preferred):
+                if t.leader[p] == preferred:
+                    results[p] = "ELECTION_NOT_NEEDED"
+                elif t.isr[p, 0] and self.acceptable(preferred):
                     self.change(p, force_leader=preferred, cause=cause)
-            elif t.leader[p] == NO_BROKER:
+                    results[p] = "NONE"
+                else:
+                    results[p] = "PREFERRED_LEADER_NOT_AVAILABLE"
+            elif t.leader[p] != NO_BROKER:
+                results[p] = "ELECTION_NOT_NEEDED"
+            else:
                 self.change(p, cause="admin_unclean_election", allow_unclean=True)
+                results[p] = "NONE" if t.leader[p] != NO_BROKER else "ELIGIBLE_LEADERS_NOT_AVAILABLE"
+        return results
 
     # --- auto leader rebalance ---------------------------------------------------------------
     def _maybe_schedule_balance(self) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 
 from broker_emulator.brokers import Liveness
 from broker_emulator.faults import Action
-from broker_emulator.scenario import _TOPIC_KEYS
+from broker_emulator.scenario_reader import TOPIC_KEYS
 
 if TYPE_CHECKING:
     from random import Random
@@ -117,9 +117,9 @@ def close_connections(sim: FaultTarget, b: int) -> None:
             sim.replication.retry_after_backoff((payload.follower, payload.leader))
         elif kind == "fetch_apply":
             sim.replication.busy[(payload.request.follower, payload.request.leader)] = False
-        elif kind == "produce_arrive":
-            sim.produce.connection_closed(payload[1])
+        # "produce_arrive": the producers' connections close just below, failing what they had in flight.
         # "fetch_wake": the parked fetch it would have answered fails just below.
+    sim.produce.client.broker_gone(b)
     sim.replication.leader_gone(b)
 
 
@@ -137,7 +137,9 @@ def _restart(sim: FaultTarget, a: Action) -> None:
         if st.liveness is Liveness.PAUSED:
             _resume(sim, Action(a.at_ms, "resume", (b,)))
         elif st.liveness in _DOWN:
-            unclean = st.liveness is Liveness.CRASHED
+            # After a crash the log has no clean-shutdown marker; `clean: true` says it has (the broker had
+            # flushed and closed its logs, as after a SIGTERM with controlled shutdown off).
+            unclean = st.liveness is Liveness.CRASHED if a.clean is None else not a.clean
             st.liveness = Liveness.RECOVERING
             cfg = sim.cfg
             spread = sim.rng_timing.uniform(-cfg.log_recovery_jitter, cfg.log_recovery_jitter)
@@ -225,11 +227,18 @@ def _config_change(sim: FaultTarget, a: Action) -> None:
                 sim.controller.change(p, cause="unclean_enabled")
 
 
+def _produce(sim: FaultTarget, a: Action) -> None:
+    assert a.topic is not None and a.partition is not None and a.producer is not None
+    sim.produce.client.send_to(a.producer, a.brokers[0], sim.topic_range[a.topic][0] + a.partition, a.records)
+
+
 def _elect(sim: FaultTarget, a: Action) -> None:
     assert a.topic is not None
     first, end = sim.topic_range[a.topic]
     ps = [first + a.partition] if a.partition is not None else list(range(first, end))
-    sim.controller.elect_leaders(ps, a.election_type)
+    for p, code in sim.controller.elect_leaders(ps, a.election_type).items():
+        # What the admin client's ElectLeaders answer says for the partition.
+        sim.events.emit("admin_election", p=p, cause=code, detail={"election_type": a.election_type})
 
 
 _HANDLERS = {
@@ -245,8 +254,9 @@ _HANDLERS = {
     "controlled_shutdown": _controlled_shutdown,
     "config_change": _config_change,
     "elect_leaders": _elect,
+    "produce": _produce,
 }
 
 # Every topic setting a config_change may carry is one the handler applies.
-assert set(_TOPIC_KEYS.values()) <= {"min_insync_replicas", "unclean_leader_election_enable", "segment_bytes",
+assert set(TOPIC_KEYS.values()) <= {"min_insync_replicas", "unclean_leader_election_enable", "segment_bytes",
                                      "segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"}

@@ -12,7 +12,7 @@ from random import Random
 # Every fault kind a scenario may use, with the keys it accepts beyond `at`.
 FAULT_KINDS: dict[str, frozenset[str]] = {
     "crash": frozenset({"broker", "brokers", "duration"}),
-    "restart": frozenset({"broker", "brokers"}),
+    "restart": frozenset({"broker", "brokers", "clean"}),
     "power_loss": frozenset({"broker", "brokers", "duration"}),
     "pause": frozenset({"broker", "brokers", "duration"}),
     "resume": frozenset({"broker", "brokers"}),
@@ -25,6 +25,7 @@ FAULT_KINDS: dict[str, frozenset[str]] = {
     "config_change": frozenset({"topic", "set"}),
     "elect_leaders": frozenset({"topic", "partition", "election_type"}),
     "disk_loss": frozenset({"broker", "brokers", "duration"}),
+    "produce": frozenset({"producer", "broker", "partition", "records"}),
 }
 
 CONTROLLER = "controller"
@@ -43,6 +44,9 @@ class Action:
     partition: int | None = None
     settings: tuple[tuple[str, object], ...] = ()
     election_type: str = "preferred"
+    clean: bool | None = None     # restart: as after a clean shutdown (None: as the broker went down)
+    producer: str | None = None   # produce: the workload producer that sends
+    records: int = 1              # produce: how many records
     origin: str = ""  # the scenario fault this came from, for the cluster_events table
 
 
@@ -65,6 +69,9 @@ class Fault:
     settings: tuple[tuple[str, object], ...] = ()
     election_type: str = "preferred"
     rack_members: tuple[int, ...] = field(default=())
+    clean: bool | None = None
+    producer: str | None = None
+    records: int = 1
 
     def describe(self) -> str:
         target = ",".join(map(str, self.brokers)) or self.rack or self.topic or ""
@@ -79,7 +86,7 @@ class Fault:
             if end is not None:
                 a.append(Action(end, "restart", self.brokers, origin=origin))
         elif self.kind == "restart":
-            a.append(Action(self.at_ms, "restart", self.brokers, origin=origin))
+            a.append(Action(self.at_ms, "restart", self.brokers, clean=self.clean, origin=origin))
         elif self.kind == "pause":
             a.append(Action(self.at_ms, "pause", self.brokers, origin=origin))
             if end is not None:
@@ -115,6 +122,9 @@ class Fault:
         elif self.kind == "elect_leaders":
             a.append(Action(self.at_ms, "elect_leaders", topic=self.topic, partition=self.partition,
                             election_type=self.election_type, origin=origin))
+        elif self.kind == "produce":
+            a.append(Action(self.at_ms, "produce", self.brokers, topic=self.topic, partition=self.partition,
+                            producer=self.producer, records=self.records, origin=origin))
         else:  # validated by the scenario loader; reaching here is a programming error
             raise AssertionError(f"unknown fault kind {self.kind}")
         return a

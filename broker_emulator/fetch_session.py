@@ -59,6 +59,14 @@ class FetchRequest:
     epochs: np.ndarray    # follower's known leader epoch per partition
     request_id: int
 
+    def enough(self, t: PartitionTable, min_bytes: int) -> bool:
+        """DelayedFetch.tryComplete: the fetch completes once the bytes past its offsets reach
+        replica.fetch.min.bytes (1: any record); else it waits, up to replica.fetch.wait.max.ms."""
+        new = t.flat.leo[self.fl] - self.offsets
+        if min_bytes <= 1:
+            return bool(np.count_nonzero(new > 0))
+        return int((np.maximum(new, 0) * t.record_bytes[self.ps]).sum()) >= min_bytes
+
     def add_partitions(self, t: PartitionTable, ps: np.ndarray) -> None:
         """Add the partitions of `ps` this session carries but the request left out, as of now."""
         present = set(self.ps.tolist())

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from broker_emulator.state import PartitionTable
 
 # Causes under which Kafka's contract allows losing acknowledged records.
-EXPLAINED_LOSS = frozenset({"unclean_election", "power_loss", "disk_loss", "truncate_to_hw", "stale_leader",
-                            "leader_failover"})
+EXPLAINED_LOSS = frozenset({"unclean_election", "power_loss", "disk_loss", "truncate_to_hw", "log_divergence",
+                            "stale_leader", "leader_failover"})
 
 
 @dataclass
@@ -176,6 +176,8 @@ class Ledger:
             return "leader_failover"  # acks=0/1 never waited for the followers
         if any(sim.data_loss_by_broker.get(b) for b in sim.table.replica_list(p)):
             return "power_loss"
+        if sim.cfg.truncation == "kip101":
+            return "log_divergence"   # the divergence KIP-279 closed: a follower kept records the leader lacks
         return "unexplained"
 
     def drain_interval(self) -> dict[tuple[int, int], Counters]:

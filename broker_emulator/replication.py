@@ -160,9 +160,15 @@ class Replication(CutFetches):
             if sim.cfg.truncation == "high_watermark":
                 target = int(t.hw[p, s])
             else:
+                # OffsetsForLeaderEpoch for the follower's last epoch. KIP-279 (Kafka 2.0) added the epoch the
+                # leader found to the answer, and the follower also cuts to its own end of that epoch
+                # (AbstractFetcherThread.getOffsetTruncationState); KIP-101 alone had only the leader's end.
                 _epoch, end = t.end_offset_for_epoch(p, ls, t.last_epoch(p, s))
-                end_mine = t.end_offset_for_epoch(p, s, _epoch)[1] if _epoch >= 0 else int(t.log_start[p, s])
-                target = min(end, end_mine, int(t.leo[p, s]))
+                if sim.cfg.truncation == "kip101":
+                    target = min(end, int(t.leo[p, s]))
+                else:
+                    end_mine = t.end_offset_for_epoch(p, s, _epoch)[1] if _epoch >= 0 else int(t.log_start[p, s])
+                    target = min(end, end_mine, int(t.leo[p, s]))
             removed = t.truncate(p, s, target)
             if removed:
                 sim.events.emit("truncation", broker_id=int(t.replicas[p, s]), p=p, cause=sim.cfg.truncation,
@@ -186,9 +192,8 @@ class Replication(CutFetches):
         for req in live:
             self.session_fetch_ms[(req.follower, req.leader)] = now
         self._track(live)
-        leo = t.flat.leo
         for req in live:
-            if not np.count_nonzero(leo[req.fl] > req.offsets):  # no new data (or an empty request): long-poll
+            if not req.enough(t, sim.cfg.replica_fetch_min_bytes):  # too little new data: long-poll
                 self.parked[(req.follower, req.leader)] = req
                 sim.queue.schedule(sim.clock.now_ms + sim.cfg.replica_fetch_wait_max_ms, "fetch_wake",
                                    (req.follower, req.leader, req.request_id))
@@ -331,7 +336,8 @@ class Replication(CutFetches):
             req = self.parked.get((f, leader))
             if req is not None:
                 req.add_partitions(self.t, ps)
-                self.respond(req)
+                if req.enough(self.t, self.sim.cfg.replica_fetch_min_bytes):
+                    self.respond(req)
 
     def respond(self, req: FetchRequest) -> None:
         sim, t = self.sim, self.t

@@ -126,7 +126,7 @@ class Simulation:
                     q.schedule(action.at_ms, "fault", action, priority=1)
         for i, spec in enumerate(sc.producers):
             ps = np.arange(*self.topic_range[spec.topic])
-            self.produce.add_producer(spec, ps, Random(self.rng_workload.getrandbits(64) + i))
+            self.produce.client.add_producer(spec, ps, Random(self.rng_workload.getrandbits(64) + i))
         # Each broker heartbeats on its own phase (BrokerLifecycleManager schedules the next heartbeat after the
         # previous answer, from when the broker started): brokers stopped together are fenced apart.
         for b in self.brokers.ids:
@@ -177,10 +177,11 @@ class Simulation:
             "fetch_apply": lambda r: rep.at_follower([r, *self.queue.pop_same("fetch_apply")]),
             "fetch_wake": rep.wake,
             "fetch_timeout": rep.fetch_timeout,
-            "produce_tick": prod.tick,
+            "produce_tick": prod.client.tick,
             "produce_arrive": lambda r: prod.arrive([r, *self.queue.pop_same("produce_arrive")]),
-            "produce_retry": prod.retry,
             "produce_timeout": prod.complete,
+            "produce_response": prod.client.response,
+            "produce_request_timeout": prod.client.request_timeout,
             "alter_partition": ctl.handle_alter,
             "alter_reply": ctl.alter_reply,
             "alter_retry": ctl.alter_retry,

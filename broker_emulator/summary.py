@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from broker_emulator.invariants import Invariants
     from broker_emulator.ledger import Ledger
     from broker_emulator.metrics import Metrics
+    from broker_emulator.produce import Produce
     from broker_emulator.scenario import Scenario
     from broker_emulator.state import PartitionTable
 
@@ -39,6 +40,8 @@ class SummaryHost(Protocol):
     def metrics(self) -> Metrics: ...
     @property
     def consumers(self) -> Consumers: ...
+    @property
+    def produce(self) -> Produce: ...
     @property
     def invariants(self) -> Invariants: ...
 
@@ -70,6 +73,7 @@ def build_summary(sim: SummaryHost) -> dict[str, Any]:
         "isr_expands": meters.get("IsrExpandsPerSec", 0),
         "failed_isr_updates": meters.get("FailedIsrUpdatesPerSec", 0),
         "produce_errors": rejected,
+        "client_errors": dict(sorted(sim.produce.client.errors.items())),
         "consumed": {g.spec.group: g.total_consumed for g in sim.consumers.groups},
         "read_then_lost": {g.spec.group: g.total_reset for g in sim.consumers.groups},
         "faults": sum(n for k, n in counts.items() if k.startswith("fault:")),
@@ -93,6 +97,8 @@ def format_summary(s: dict[str, Any]) -> str:
     lines.append(f"  ISR shrinks {s['isr_shrinks']}, expands {s['isr_expands']}, "
                  f"failed ISR updates {s['failed_isr_updates']}")
     lines.append("  rejected produces: " + (", ".join(f"{k}={v}" for k, v in s["produce_errors"].items()) or "none"))
+    lines.append("  batch failures the producers saw: "
+                 + (", ".join(f"{k}={v}" for k, v in s["client_errors"].items()) or "none"))
     for group, n in s.get("consumed", {}).items():
         lines.append(f"  consumer group {group}: read {n}, read then lost {s['read_then_lost'].get(group, 0)}")
     lines.append(f"  faults injected {s['faults']}; invariant checks {s['invariant_checks']}, "

@@ -28,9 +28,9 @@ from schemas.expectations import (
 from schemas.kafka_metrics import MBEANS, metric_name
 from schemas.table import TableDef, columns
 
-EVENT_TYPES = ("broker_state", "config_change", "consumer_offset_reset", "election", "fault", "fenced",
-               "isr_change_controller", "isr_expand", "isr_shrink", "produce_rejected", "records_lost", "recovery",
-               "topic_created", "truncation", "unfenced")
+EVENT_TYPES = ("admin_election", "broker_state", "config_change", "consumer_offset_reset", "election", "fault",
+               "fenced", "isr_change_controller", "isr_expand", "isr_shrink", "produce_rejected", "records_lost",
+               "recovery", "topic_created", "truncation", "unfenced")
 ACKS_LEVELS = ("0", "1", "all")
 
 
@@ -111,7 +111,8 @@ _schema, _docs = columns(
     ("ts", TS, False, "when the event happened (UTC, virtual clock)"),
     ("seq", pa.int64(), False, "event sequence number within the run, gap-free from 0"),
     ("event_type", pa.string(), False, "isr_shrink, isr_expand, isr_change_controller, election, fenced, "
-     "unfenced, truncation, produce_rejected, fault, config_change, records_lost, broker_state, topic_created"),
+     "unfenced, truncation, produce_rejected, fault, config_change, records_lost, broker_state, topic_created, "
+     "admin_election (cause: the ElectLeaders result code)"),
     ("broker_id", pa.int32(), True, "broker the event concerns, if any"),
     ("topic", pa.string(), True, "topic the event concerns, if any"),
     ("partition", pa.int32(), True, "partition the event concerns, if any"),

@@ -65,8 +65,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     on_silver_lake = {file_of(i) for i in items if "silver_lake" in getattr(i, "fixturenames", ())}
     group = {id(i): "silver_lake" if file_of(i) in on_silver_lake else file_of(i) for i in items}
     rank = {name: n for n, name in enumerate(HEAVIEST_FIRST)}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(name=group[id(item)]))
+    if config.pluginmanager.hasplugin("xdist"):   # its marker is unknown to a run with -p no:xdist
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(name=group[id(item)]))
     items.sort(key=lambda item: rank.get(group[id(item)], len(rank)))   # stable: files stay in order and whole
 
 

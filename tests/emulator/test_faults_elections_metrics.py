@@ -10,7 +10,8 @@ import pytest
 
 from broker_emulator.errors import InvalidReplicationFactor
 from broker_emulator.placement import place_replicas
-from broker_emulator.produce import Batch, Pending
+from broker_emulator.produce import Pending
+from broker_emulator.producer_client import Batch, Request
 from schemas.kafka_metrics import CONTROLLER_NODE_ID
 from tests.emulator.helpers import events, hw, isr, leader_of, leo, simulate
 
@@ -99,7 +100,9 @@ def test_not_enough_replicas_after_append_when_isr_shrank_before_completion() ->
     sim = simulate(base("  []", duration="3s"))
     sim.run_until(2_000)
     t = sim.table
-    entry = Pending(Batch(0, 0, 5, sim.clock.now_ms), leader=1, leader_slot=0, epoch=int(t.known_epoch[0, 0]),
+    batch = Batch(0, 0, 5, sim.clock.now_ms)
+    request = Request(10_000, 0, 1, [batch], undecided=1)
+    entry = Pending(request, batch, leader=1, leader_slot=0, epoch=int(t.known_epoch[0, 0]),
                     base_offset=0, required_offset=1, deadline_ms=sim.clock.now_ms + 30_000)
     sim.produce.pending[0] = [entry]
     t.leader_isr[0] = [True, False, False]  # the ISR shrank to the leader alone meanwhile
