@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from broker_emulator.simulation import Simulation
-from tests.emulator.helpers import events, hw, leader_of, leo, simulate
+from tests.emulator.helpers import events, hw, leader_of, simulate
 from tests.emulator.test_faults_elections_metrics import base
 
 
