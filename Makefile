@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect jars kafka-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity jars kafka-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -113,14 +113,19 @@ demo: venv jars $(PLOTLY_BUNDLE)
 demo-kafka: venv jars kafka-jars $(PLOTLY_BUNDLE)
 	@$(PY) -m kafka_fixture.demo --port $(DEMO_PORT)
 
+# Two workers, one per core (a third only adds contention: the suite is CPU-bound). A test file is one group
+# (tests/conftest.py), started in the order conftest gives, heaviest first (--no-loadscope-reorder: xdist would
+# sort them by test count).
+PYTEST_DIST = -n 2 --dist loadgroup --no-loadscope-reorder
+
 test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo --no-cache
-	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=15
+	$(PY) -m pytest -q $(PYTEST_DIST) --durations=15
 
 test-all: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m "slow or not slow"
+	$(PY) -m pytest -q $(PYTEST_DIST) -m "slow or not slow"
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -137,6 +142,11 @@ bench: venv jars $(PLOTLY_BUNDLE)
 # (docs/benchmarks.md). Not part of `bench`: it starts four Kafka JVMs.
 bench-collect: venv jars kafka-jars
 	$(PY) bench/collect.py
+
+# The emulator beside a real Kafka 4.3 cluster under the same faults, two real runs per fault (docs/benchmarks.md).
+# About half an hour: it starts a fresh four-JVM cluster for every real run.
+bench-fidelity: venv jars kafka-jars
+	$(PY) bench/fidelity.py --check
 
 clean:
 	rm -rf lakehouse lakehouse-kafka demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache

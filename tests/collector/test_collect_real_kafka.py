@@ -25,6 +25,9 @@ import yaml
 from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
+from bench.fidelity import within
+from bench.fidelity_measures import Window, measure
+from bench.fidelity_runs import emulate
 from collector.canary import Canary
 from collector.canary_feed import CanaryFeed
 from collector.canary_state import CanaryState
@@ -153,14 +156,14 @@ def stalled_follower_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
         seen_at = len(running.steps)
         wait_for(lambda: len(running.steps) >= seen_at + 3, 30, "three intervals with broker 3 reporting")
         cluster.pause(3)
-        paused_at = time.monotonic()
+        paused_at, paused_wall = time.monotonic(), time.time()
         time.sleep(40)
         cluster.resume(3)
         resumed_at, resumed_wall = time.monotonic(), time.time()
         wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster).values()), 60, "the ISR to be whole again")
         time.sleep(5)
-    return {"lake": lake, "steps": running.steps, "paused": (paused_at, resumed_at), "resumed_wall": resumed_wall,
-            "run_id": collector.run_id}
+    return {"lake": lake, "steps": running.steps, "paused": (paused_at, resumed_at),
+            "paused_wall": (paused_wall, resumed_wall), "resumed_wall": resumed_wall, "run_id": collector.run_id}
 
 
 def test_a_stalled_broker_does_not_stall_a_collection_interval(stalled_follower_run: dict[str, Any]) -> None:
@@ -406,3 +409,38 @@ def test_ctrl_c_ends_the_interval_marks_the_last_batch_final_and_exits_zero(clus
     assert [r["final"] for r in runs] == [False] * (batches - 1) + [True]
     state = read_rows(PARTITION_STATE, str(lake)).to_pandas()
     assert set(state["batch_id"]) == set(range(batches)) and TOPIC in set(state["topic"])
+
+
+def test_the_emulator_agrees_with_this_cluster_on_a_stalled_follower(stalled_follower_run: dict[str, Any],
+                                                                      tmp_path: Path) -> None:
+    """bench/fidelity.py's stall-follower row, fast: the emulator, given this cluster's topology, settings and
+    fault times, fences broker 3, drops it from the ISR, moves its leaderships, keeps the HW moving and takes it
+    back as the real cluster did: times within one heartbeat interval (2 s; the collector read the cluster once
+    a second), the same under-replicated gauges and leader changes."""
+    lake, run_id = stalled_follower_run["lake"], stalled_follower_run["run_id"]
+    state = of_run(PARTITION_STATE, lake, run_id)
+    t0_ms = int(state["ts"].min().value // 1_000_000_000) * 1000   # a scenario starts on a whole second
+    end_ms = int(state["ts"].max().value // 1_000_000)
+    paused_ms, resumed_ms = (int(t * 1000) for t in stalled_follower_run["paused_wall"])
+    first = state[state["ts"] == state["ts"].min()].sort_values("partition")
+    scenario = {
+        "name": "fidelity-fast", "seed": 1, "duration": f"{end_ms - t0_ms}ms",
+        "metric_interval": "1s", "start_time": pd.Timestamp(t0_ms, unit="ms").strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "cluster": {"brokers": 3, "racks": ["rack-a", "rack-b", "rack-c"],
+                    "config": {"replica.lag.time.max.ms": 3000, "broker.session.timeout.ms": 6000}},
+        "topics": [{"name": TOPIC, "partitions": 6, "replication.factor": 3, "config": {"min.insync.replicas": 2},
+                    "assignment": [[int(b) for b in r] for r in first["replicas"]]}],
+        "workload": {"producers": [{"name": "load", "topic": TOPIC, "acks": 1, "rate": 300, "record.bytes": 100,
+                                    "linger.ms": 5}]},
+        "faults": [{"at": f"{paused_ms - t0_ms}ms", "kind": "pause", "broker": 3,
+                    "duration": f"{resumed_ms - paused_ms}ms"}],
+    }
+    emulated_run, _summary = emulate(scenario, tmp_path / "emulated")
+    window = Window((3,), paused_ms, resumed_ms)
+    real = measure(lake, run_id, window, min_isr=2)
+    emulated = measure(str(tmp_path / "emulated"), emulated_run, window, min_isr=2)
+    for name in ("fence_s", "shrink_s", "rejoin_s"):
+        assert within(name, [emulated[name]], [real[name]]), (name, real[name], emulated[name])
+    for name in ("leader_changes", "hw_advance_under_min_isr", "max UnderReplicatedPartitions",
+                 "max UnderMinIsrPartitionCount"):
+        assert emulated[name] == real[name], (name, real[name], emulated[name])
