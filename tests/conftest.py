@@ -44,13 +44,13 @@ def lakehouse(tmp_path: Path) -> str:
 # neither worker idles while the other finishes a long file.
 HEAVIEST_FIRST = (
     "silver_lake",
+    "tests/pipeline/test_validate.py",
     "tests/pipeline/test_exactly_once.py",
     "tests/collector/test_collect_real_kafka.py",
-    "tests/pipeline/test_validate.py",
     "tests/test_pipeline_cli.py",
-    "tests/collector/test_canary.py",
     "tests/alerts/test_isr_thrash_end_to_end.py",
     "tests/emulator/test_determinism_and_sweep.py",
+    "tests/collector/test_canary.py",
 )
 
 
