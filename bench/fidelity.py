@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -47,23 +48,24 @@ def flatten(outcome: Outcome, plan: Plan) -> dict[str, float | None]:
     return rows
 
 
+def _seen(values: list[float | None]) -> list[float]:
+    return [v for v in values if v is not None]
+
+
 def _span(values: list[float | None]) -> tuple[float, float] | None:
-    seen = [v for v in values if v is not None]
+    seen = _seen(values)
     return (min(seen), max(seen)) if seen else None
 
 
 def within(name: str, emulated: list[float | None], real: list[float | None]) -> bool:
     """The emulated runs' range meets the real runs' range, or their means are close enough."""
-    e, r = _span(emulated), _span(real)
-    if e is None or r is None:
-        return e is None and r is None
-    if e[0] <= r[1] and r[0] <= e[1]:
+    e, r = _seen(emulated), _seen(real)
+    if not e or not r:
+        return not e and not r
+    if min(e) <= max(r) and min(r) <= max(e):
         return True
-    e_mean = sum(v for v in emulated if v is not None) / len([v for v in emulated if v is not None])
-    r_mean = sum(v for v in real if v is not None) / len([v for v in real if v is not None])
-    if name.endswith("_s"):
-        return abs(e_mean - r_mean) <= HEARTBEAT_S
-    return abs(e_mean - r_mean) <= COUNT_TOLERANCE * abs(r_mean)
+    gap = abs(statistics.mean(e) - statistics.mean(r))
+    return gap <= (HEARTBEAT_S if name.endswith("_s") else COUNT_TOLERANCE * abs(statistics.mean(r)))
 
 
 Row = tuple[str, list[float | None], list[float | None], bool]

@@ -54,7 +54,6 @@ class Batch:
     created_ms: int
     attempts: int = 0
     backoff_until_ms: int = 0
-    request: Request | None = None   # the request carrying it, while in flight
 
 
 @dataclass
@@ -194,7 +193,6 @@ class ProducerClient:
         request = Request(self.next_request_id, index, leader, batches, len(batches))
         self.next_request_id += 1
         for b in batches:
-            b.request = request
             if b.attempts:
                 request.retried.append(b.p)
                 st.retries_in_flight[b.p] += 1
@@ -222,7 +220,6 @@ class ProducerClient:
     def _retry(self, st: ProducerState, b: Batch, error: str) -> None:
         """Back to the head of its partition's queue (in age order), to wait out its backoff."""
         self.errors[error] += 1
-        b.request = None
         b.attempts += 1
         now = self.sim.clock.now_ms
         if now - b.created_ms >= st.spec.delivery_timeout_ms or b.attempts > st.spec.retries:
@@ -231,8 +228,7 @@ class ProducerClient:
         # Exponential backoff with ±20 % jitter (KIP-580; librdkafka does the same since 2.3).
         backoff = min(st.spec.retry_backoff_ms * 2 ** (b.attempts - 1), st.spec.retry_backoff_max_ms)
         b.backoff_until_ms = now + max(1, int(backoff * st.rng.uniform(0.8, 1.2)))
-        queue = st.queued.setdefault(b.p, [])
-        queue.insert(bisect.bisect_right([q.created_ms for q in queue], b.created_ms), b)
+        bisect.insort_right(st.queued.setdefault(b.p, []), b, key=lambda q: q.created_ms)
         if not st.ticking:   # a stopped producer's tick ended: it resumes to send the retry
             st.ticking = True
             self.sim.queue.schedule(b.backoff_until_ms, "produce_tick", b.producer)
@@ -258,9 +254,7 @@ class ProducerClient:
         st.retries_in_flight.subtract(request.retried)
         for b in request.batches:
             error = request.errors.get(id(b))
-            if error is None:
-                b.request = None
-            else:
+            if error is not None:
                 self._retry(st, b, error)
         self.drain(request.producer)
 
@@ -291,7 +285,3 @@ class ProducerClient:
             st.retries_in_flight.subtract(request.retried)
             for b in request.batches:
                 self._retry(st, b, error)
-
-    # --- for the invariants and the summary ----------------------------------------------------------
-    def queued_records(self) -> int:
-        return sum(b.records for st in self.producers for q in st.queued.values() for b in q)
