@@ -161,15 +161,18 @@ class Controller:
         return results
 
     # --- auto leader rebalance ---------------------------------------------------------------
-    def _maybe_schedule_balance(self) -> None:
+    def _maybe_schedule_balance(self, p: int | None = None) -> None:
         """QuorumController.maybeScheduleNextBalancePartitionLeaders: once some partition's leader is not its
         preferred replica (the first in assignment order), a balance is scheduled
-        leader.imbalance.check.interval.seconds later, unless one already is."""
+        leader.imbalance.check.interval.seconds later, unless one already is. After a change to p only p can
+        have become imbalanced, so only p is looked at (a change must not cost a scan of every partition)."""
         sim, t = self.sim, self.t
         if self.balance_scheduled or not sim.cfg.auto_leader_rebalance_enable:
             return
         n = t.count
-        if not (t.leader[:n] != t.replicas[:n, 0]).any():
+        if p is not None and t.leader[p] == t.replicas[p, 0]:
+            return
+        if p is None and not (t.leader[:n] != t.replicas[:n, 0]).any():
             return
         self.balance_scheduled = True
         sim.queue.schedule(sim.clock.now_ms + sim.cfg.leader_imbalance_check_interval_seconds * 1000,
@@ -368,7 +371,7 @@ class Controller:
                             detail={"isr": t.members(p, target), "previous_isr": t.members(p, old_isr),
                                     "elr": t.members(p, elr)})
         sim.publish([p])
-        self._maybe_schedule_balance()
+        self._maybe_schedule_balance(p)
 
     def _update_last_known_leader(self, p: int, old_leader: int, new_leader: int, target: np.ndarray,
                                   old_isr: np.ndarray) -> None:
