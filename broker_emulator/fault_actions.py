@@ -120,6 +120,7 @@ def close_connections(sim: FaultTarget, b: int) -> None:
         # "produce_arrive": the producers' connections close just below, failing what they had in flight.
         # "fetch_wake": the parked fetch it would have answered fails just below.
     sim.produce.client.broker_gone(b)
+    sim.produce.connections_closed(b)
     sim.replication.leader_gone(b)
 
 

@@ -208,6 +208,10 @@ def _workload(r: Reader, source: str, topics: set[str]) -> tuple[tuple[ProducerS
             retry_backoff_max_ms=p.duration("retry.backoff.max.ms", 1_000, minimum=1),
             max_in_flight=p.integer("max.in.flight.requests.per.connection", 5, minimum=1),
             socket_timeout_ms=p.duration("socket.timeout.ms", 60_000, minimum=1),
+            metadata_max_age_ms=p.duration("metadata.max.age.ms", 300_000, minimum=1),
+            idempotent=bool(p.boolean("enable.idempotence", False)),
+            sticky_linger_ms=(p.duration("sticky.partitioning.linger.ms", minimum=1)
+                              if p.get("sticky.partitioning.linger.ms") is not None else None),
             start_ms=p.duration("start", 0), stop_ms=p.duration("stop") if p.get("stop") is not None else None,
         )
         p.finish()

@@ -26,7 +26,10 @@ LOSE_TWO: dict[str, Any] = {
     "name": "lose-two", "seed": 3, "duration": "60s", "flush_every_intervals": 10,
     "cluster": {"brokers": 3, "racks": ["a", "b", "c"]},
     "topics": [{"name": "orders", "partitions": 4, "replication.factor": 3, "config": {"min.insync.replicas": 2}}],
-    "workload": {"producers": [{"topic": "orders", "acks": "all", "rate": 50}]},
+    # request.timeout.ms 5 s: a write parked at the leader for a crashed follower not yet fenced holds the
+    # producer's connection (the broker reads one request at a time) until it times out; with the default 30 s
+    # no fresh write would reach the leader while the ISR is at one, and none would be refused.
+    "workload": {"producers": [{"topic": "orders", "acks": "all", "rate": 50, "request.timeout.ms": "5s"}]},
     # Broker 2 is down 30 s (fenced: ISR 2 of 3, at min ISR), then broker 3 for 8 s (ISR 1: writes refused).
     "faults": [{"at": "5s", "kind": "crash", "broker": 2, "duration": "30s"},
                {"at": "22s", "kind": "crash", "broker": 3, "duration": "8s"}],

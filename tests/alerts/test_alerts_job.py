@@ -85,9 +85,13 @@ def test_rules_fire_on_their_scenarios_and_webhooks_receive_them(alerted: tuple[
     for rule in ("UnderMinIsr", "AtMinIsr"):  # each of the four partitions, once
         assert fired[("lose-two-s3", rule)] == 4, (rule, fired)
     assert fired[("lose-two-s3", "ProduceNotEnoughReplicas")] >= 1, fired
+    # Broker 2 is down 30 s and broker 3 8 s, each then recovering its log for 6.7-12.5 s before it reports
+    # again: both are silent longer than the rule's 15 s, and each fires once and resolves once.
     broker_down = [e for e in events if e["rule"] == "BrokerNotReporting" and e["cluster"] == "lose-two-s3"]
-    assert [(e["status"], dict(e["labels"])["broker_id"]) for e in broker_down] == [("firing", "2"),
-                                                                                       ("resolved", "2")]
+    for broker in ("2", "3"):
+        assert [e["status"] for e in broker_down if dict(e["labels"])["broker_id"] == broker] == [
+            "firing", "resolved"], (broker, broker_down)
+    assert {dict(e["labels"])["broker_id"] for e in broker_down} == {"2", "3"}
     for rule in ("UncleanLeaderElection", "AckedRecordsLost"):  # elected at once: never offline
         assert fired[(UNCLEAN, rule)] == 1, (rule, fired)
     # Every firing alert of lose-two resolves once the brokers are back (the run ends healthy).

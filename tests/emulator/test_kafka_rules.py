@@ -76,8 +76,8 @@ def test_brokers_stopped_together_are_fenced_apart_each_on_its_own_heartbeat_pha
 
 def test_a_restarted_broker_registers_after_a_seeded_log_recovery_time() -> None:
     """A restarted broker is back (registered) after log.recovery.ms * (1 ± log.recovery.jitter), drawn from the
-    seed: real Kafka 4.3 brokers took 3.6-10.7 s to register, 8.6-10.7 s to be back in every ISR; the default
-    8.5 s ± 30 % spans 5.95-11.05 s. The same seed gives the same times."""
+    seed: real Kafka 4.3 brokers took 3.6-10.7 s to register, 8.6-13.7 s to be back in every ISR; the default
+    9.6 s ± 30 % spans 6.72-12.48 s. The same seed gives the same times."""
     faults = "".join(f"  - {{at: {10 + 30 * i}s, kind: crash, broker: {1 + i % 3}, duration: 1s}}\n"
                      for i in range(6))
     took = []
@@ -88,7 +88,7 @@ def test_a_restarted_broker_registers_after_a_seeded_log_recovery_time() -> None
         took.append(sorted(t - (11_000 + 30_000 * i) for i in range(6) for t in registered[1 + i % 3]
                            if 0 < t - (11_000 + 30_000 * i) < 20_000))
     assert took[0] == took[1] and len(took[0]) == 6
-    assert all(5_950 <= d <= 11_050 for d in took[0]) and len(set(took[0])) == 6, took[0]
+    assert all(6_720 <= d <= 12_480 for d in took[0]) and len(set(took[0])) == 6, took[0]
 
 
 IDLE = """

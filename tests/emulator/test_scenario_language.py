@@ -82,7 +82,7 @@ def test_replica_fetch_min_bytes_holds_fetches_until_enough_is_new() -> None:
 
 def _elr_after_restart_in_elr(clean: str) -> tuple[list[int], str]:
     """Broker 3 leaves the ISR, then broker 2: with min ISR 2, broker 2 goes to the ELR. It crashes there and
-    restarts, registering after log recovery (6 to 11 s). The ELR just after it registered (before it
+    restarts, registering after log recovery (6.7 to 12.5 s). The ELR just after it registered (before it
     catches up and rejoins the ISR), and how it said it had shut down."""
     sim = simulate(base("  - {at: 2s, kind: pause, broker: 3}\n"
                         "  - {at: 14s, kind: pause, broker: 2}\n"
