@@ -45,10 +45,11 @@ def measure(lake: str, run_id: str, window: Window, min_isr: int) -> dict[str, A
     if state.empty:
         raise ValueError(f"no partition_state rows for run {run_id} in {lake}")
     out: dict[str, Any] = {
-        "fence_s": _fence_s(events, window),
+        "fence_s": _fence_s(events, state, window),
         "shrink_s": _shrink_s(state, window),
         "rejoin_s": _rejoin_s(state, window),
         "leader_changes": _leader_changes(state),
+        "isr_joins": _isr_joins(state, window),
         "hw_advance_under_min_isr": _hw_under_min_isr(state, min_isr),
     }
     during = metrics[(metrics["ms"] >= window.fault_ms) & (metrics["ms"] <= window.heal_ms)]
@@ -63,10 +64,23 @@ def measure(lake: str, run_id: str, window: Window, min_isr: int) -> dict[str, A
     return out
 
 
-def _fence_s(events: pd.DataFrame, w: Window) -> float | None:
+def sample_ms(lake: str, run_id: str) -> float:
+    """How often a run's partition state was read: the median gap between its snapshots, in ms."""
+    state = of_run(lake, run_id)["partition_state"]
+    return float(pd.Series(sorted(set(state["ms"]))).diff().median())
+
+
+def _fence_s(events: pd.DataFrame, state: pd.DataFrame, w: Window) -> float | None:
+    """From the fault to the first state snapshot at or after a faulted broker's fencing. The collector sees a
+    fencing only when it next reads the cluster, and stamps it then; the emulator knows the instant, so its
+    fencing is read on its own snapshot grid (which the bench sets to the collector's cadence) to be seen alike."""
     fenced = events[(events["event_type"] == "fenced") & events["broker_id"].isin(w.brokers)
                     & (events["ms"] >= w.fault_ms)]
-    return None if fenced.empty else (int(fenced["ms"].min()) - w.fault_ms) / 1000
+    if fenced.empty:
+        return None
+    at = int(fenced["ms"].min())
+    later = state.loc[state["ms"] >= at, "ms"]
+    return ((int(later.min()) if not later.empty else at) - w.fault_ms) / 1000
 
 
 def _shrink_s(state: pd.DataFrame, w: Window) -> float | None:
@@ -94,6 +108,22 @@ def _leader_changes(state: pd.DataFrame) -> int:
         leaders = rows["leader"].tolist()
         changes += sum(1 for a, b in itertools.pairwise(leaders) if a != b)
     return changes
+
+
+def _isr_joins(state: pd.DataFrame, w: Window) -> int:
+    """Replicas of the faulted brokers that were out of an ISR during the fault and back in it after the heal: the
+    expansions a leader may count. (Counted per replica, not from one snapshot to the next: a snapshot read from
+    a resumed broker's stale metadata can show a leader or an ISR that has already changed.)"""
+    during = state[(state["ms"] >= w.fault_ms) & (state["ms"] < w.heal_ms)]
+    last = state[state["ms"] >= w.heal_ms]
+    out: set[tuple[str, int, int]] = set()
+    for topic, partition, isr, replicas in zip(during["topic"], during["partition"], during["isr"],
+                                               during["replicas"], strict=True):
+        out.update((topic, int(partition), b) for b in w.brokers if b in list(replicas) and b not in list(isr))
+    back = {(topic, int(partition), b) for topic, partition, isr in zip(last["topic"], last["partition"],
+                                                                          last["isr"], strict=True)
+            for b in list(isr)}
+    return len(out & back)
 
 
 def _hw_under_min_isr(state: pd.DataFrame, min_isr: int) -> int:

@@ -81,14 +81,17 @@ def window_of(plan: Plan, t0_ms: int) -> Window:
 T0_MS = 1_767_225_600_000   # the emulator's start: 2026-01-01T00:00:00Z (scenario start_time's default)
 
 
-def scenario_of(plan: Plan, seed: int) -> dict[str, Any]:
+def scenario_of(plan: Plan, seed: int, sample_ms: int = 250) -> dict[str, Any]:
+    """The plan as an emulator scenario, its state and metrics written every `sample_ms` (the bench passes the
+    cadence the collector reached on the real runs, so that both sides are observed alike)."""
     kinds = {"pause": "pause", "resume": "resume", "kill": "crash", "restart": "restart"}
     topic_config: dict[str, Any] = {"min.insync.replicas": plan.min_isr}
     if plan.topic_config.get("unclean.leader.election.enable") == "true":
         topic_config["unclean.leader.election.enable"] = True
     return {
         "name": f"fidelity-{plan.name}", "seed": seed, "duration": f"{int(plan.duration_s * 1000)}ms",
-        "metric_interval": "250ms", "partition_state_interval": "250ms", "flush_every_intervals": 40,
+        "metric_interval": f"{sample_ms}ms", "partition_state_interval": f"{sample_ms}ms",
+        "flush_every_intervals": 40,
         "cluster": {"brokers": 3, "racks": ["rack-a", "rack-b", "rack-c"]},
         "topics": [{"name": TOPIC, "partitions": PARTITIONS, "replication.factor": 3, "config": topic_config,
                     "assignment": ASSIGNMENT}],
@@ -97,7 +100,8 @@ def scenario_of(plan: Plan, seed: int) -> dict[str, Any]:
             "linger.ms": PRODUCER["linger.ms"], "delivery.timeout.ms": PRODUCER["message.timeout.ms"],
             "socket.timeout.ms": PRODUCER["socket.timeout.ms"], "request.timeout.ms": PRODUCER["request.timeout.ms"],
             "retry.backoff.ms": PRODUCER["retry.backoff.ms"], "retry.backoff.max.ms": PRODUCER["retry.backoff.max.ms"],
-            "max.in.flight.requests.per.connection": 5}]},
+            "max.in.flight.requests.per.connection": 5, "enable.idempotence": PRODUCER["enable.idempotence"],
+            "sticky.partitioning.linger.ms": 10}]},   # librdkafka's default
         "faults": [{"at": f"{int(at * 1000)}ms", "kind": kinds[action], "brokers": list(brokers)}
                    for at, action, brokers in plan.steps],
     }
@@ -114,8 +118,8 @@ def emulate(scenario_data: dict[str, Any], lake: Path) -> tuple[str, dict[str, A
     return run_id, Simulation(scenario, DeltaSink(str(lake), run_id)).run()
 
 
-def run_emulated(plan: Plan, lake: Path, seed: int) -> Outcome:
-    run_id, summary = emulate(scenario_of(plan, seed), lake)
+def run_emulated(plan: Plan, lake: Path, seed: int, sample_ms: int = 250) -> Outcome:
+    run_id, summary = emulate(scenario_of(plan, seed, sample_ms), lake)
     records = summary["records"]
     return Outcome(str(lake), run_id, window_of(plan, T0_MS), records["acked"].get("all", 0),
                    records["failed"].get("all", 0), records["lost"].get("all", 0), summary["client_errors"])
@@ -155,7 +159,9 @@ class Workload:
                         self.producer.produce(TOPIC, f"{seq:0{RECORD_BYTES}d}".encode(),
                                               on_delivery=self._delivered)
                     seq += 1
-                self.producer.poll(0.01)
+                # Every 2 ms, so that records arrive as steadily as the emulator's producer makes them (a longer
+                # wait hands librdkafka bursts, and so larger batches, than the emulated client sees).
+                self.producer.poll(0.002)
         except KafkaException as e:
             # After an unclean election the leader's log lacks sequence numbers the producer had acknowledged:
             # librdkafka's idempotent producer raises a fatal OUT_OF_ORDER_SEQUENCE_NUMBER and produces no more.
