@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     from isrwatch.collect_cli import add_collect_parser
 
     add_collect_parser(sub)
+    from isrwatch.submit_cli import add_submit_parser
+
+    add_submit_parser(sub)
     return parser
 
 
@@ -92,6 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from isrwatch.collect_cli import main_collect
 
         return main_collect(args)
+    if args.command == "submit":
+        from isrwatch.submit_cli import main_submit
+
+        return main_submit(args)
     if args.command == "webhook-receiver":
         from isrwatch.webhook_receiver import main_receiver
 

@@ -36,6 +36,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from foundation.delta_io import AppVersions, ensure_table, read_rows
 from foundation.settings import PipelineSettings, SettingsError
+from jobs import driver_signals
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
@@ -241,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, AlertConfigError) as e:
         print(f"alerts: {e}", file=sys.stderr)
         return 2
+    driver_signals.install()
     spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose)
     try:
         running = start_alerts(spark, settings, config)

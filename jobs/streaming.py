@@ -23,6 +23,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from foundation.delta_io import AppVersions
 from foundation.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
+from jobs import driver_signals
 
 T = TypeVar("T")
 
@@ -98,6 +99,7 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
     except errors as e:
         print(f"{job}: {e}", file=sys.stderr)
         return 2
+    driver_signals.install()
     spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose)
     try:
         query, evaluator = start(spark, settings, extra)

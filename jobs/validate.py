@@ -39,6 +39,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from foundation.batch_appender import BatchAppender
 from foundation.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
+from jobs import driver_signals
 from jobs.delta_tables import (
     SchemaDriftError,
     check_schema,
@@ -371,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(f"validate: {e}", file=sys.stderr)
         return 2
+    driver_signals.install()
     spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose)
     try:
         running = start_validation(spark, settings)

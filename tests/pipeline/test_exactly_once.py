@@ -199,3 +199,35 @@ def test_runs_under_the_spark_submit_script_shipped_with_pyspark(bronze_template
                   allow=("WARNING: ", "Using incubator modules"))
     for td in (RUNS, TOPIC_CONFIGS):
         assert len(_table(SILVER_TABLES[td.name], lake)) == len(rows(td, str(lake))) > 0
+
+
+def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batches(bronze_template: Path,
+                                                                                    tmp_path: Path) -> None:
+    """`isrwatch submit` fills in spark-submit's Delta jars and settings and the venv's Python. A SIGTERM to it
+    (what a process supervisor sends) reaches the Python driver, which stops its live query between
+    micro-batches (exit 130); the restart then finishes with every bronze row once in silver."""
+    lake = tmp_path / "lakehouse"
+    shutil.copytree(bronze_template, lake)
+    isrwatch = Path(sys.executable).parent / "isrwatch"
+    cmd = [str(isrwatch), "submit", "validate", "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
+           "--", "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "live",
+           "--max-files-per-trigger", "1", "--wait-for-tables", "0"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    log = tmp_path / "submit.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and proc.poll() is None and _dq_rows(lake) < 1:
+                time.sleep(0.05)
+            assert proc.poll() is None, log.read_text()[-3000:]
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(120) == 130, log.read_text()[-3000:]
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    output = log.read_text()
+    assert "isrwatch submit: SIGTERM: stopping the validate query" in output, output[-3000:]
+    assert "validate: stopped; checkpoints are consistent, a restart resumes" in output, output[-3000:]
+    assert 1 <= _dq_rows(lake) < 3   # three bronze commits: stopped before the last micro-batch
+    _restart_and_check(lake)

@@ -1,0 +1,53 @@
+"""`isrwatch submit`'s command line: what it fills in, what it leaves to the user, what it refuses."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from isrwatch.submit_cli import ROOT, SubmitError, spark_submit_command, split_arguments
+
+
+def _conf(cmd: list[str]) -> dict[str, str]:
+    return dict(cmd[i + 1].split("=", 1) for i, a in enumerate(cmd) if a == "--conf")
+
+
+def test_delta_jars_settings_and_the_venvs_python_are_filled_in_and_the_users_options_pass_through() -> None:
+    job, spark_args, job_args = split_arguments(
+        ["alerts", "--master", "spark://127.0.0.1:7077", "--executor-memory=1g", "--conf", "spark.x=1",
+         "--jars", "/opt/extra.jar", "--supervise", "--", "--lakehouse", "/l", "--trigger", "available-now"])
+    cmd = spark_submit_command(job, spark_args, job_args, python="/venv/bin/python")
+    assert cmd[0] == "/venv/bin/spark-submit"
+    assert cmd[cmd.index("--master") + 1] == "spark://127.0.0.1:7077"
+    assert cmd[cmd.index("--executor-memory") + 1] == "1g" and "--supervise" in cmd
+    jars = cmd[cmd.index("--jars") + 1].split(",")
+    assert any("delta-spark_4.2_2.13" in j for j in jars) and jars[-1] == "/opt/extra.jar"
+    conf = _conf(cmd)
+    assert conf["spark.sql.extensions"] == "io.delta.sql.DeltaSparkSessionExtension"
+    assert conf["spark.sql.catalog.spark_catalog"] == "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    assert conf["spark.pyspark.python"] == conf["spark.pyspark.driver.python"] == "/venv/bin/python"
+    assert conf["spark.x"] == "1"
+    assert "log4j2.properties" in cmd[cmd.index("--driver-java-options") + 1]
+    assert cmd[-5:] == [str(ROOT / "jobs" / "alerts.py"), "--lakehouse", "/l", "--trigger", "available-now"]
+
+
+def test_the_users_settings_win_and_the_master_defaults_to_local() -> None:
+    cmd = spark_submit_command("validate", ["--conf", "spark.pyspark.python=/other/python",
+                                            "--driver-java-options", "-Dx=1"], ["--verbose"], python=sys.executable)
+    assert _conf(cmd)["spark.pyspark.python"] == "/other/python"
+    assert cmd[cmd.index("--master") + 1] == "local[*]"
+    assert cmd.count("--driver-java-options") == 1 and cmd[cmd.index("--driver-java-options") + 1] == "-Dx=1"
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    ([], "usage: isrwatch submit JOB"),
+    (["nope"], "unknown job 'nope'"),
+    (["validate", "--master"], "--master: missing its value"),
+    (["validate", "--conf", "novalue"], "--conf: expected KEY=VALUE, got 'novalue'"),
+    (["validate", "--lakehouse", "/l", "stray"], "'stray': expected a spark-submit option (job options go after `--`)"),
+])
+def test_bad_arguments_are_refused_by_name(argv: list[str], problem: str) -> None:
+    with pytest.raises(SubmitError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
+        job, spark_args, job_args = split_arguments(argv)
+        spark_submit_command(job, spark_args, job_args)
