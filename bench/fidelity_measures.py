@@ -48,6 +48,7 @@ def measure(lake: str, run_id: str, window: Window, min_isr: int) -> dict[str, A
         "fence_s": _fence_s(events, state, window),
         "shrink_s": _shrink_s(state, window),
         "rejoin_s": _rejoin_s(state, window),
+        "unfenced_s": _unfenced_s(events, window),
         "leader_changes": _leader_changes(state),
         "isr_joins": _isr_joins(state, window),
         "hw_advance_under_min_isr": _hw_under_min_isr(state, min_isr),
@@ -90,6 +91,14 @@ def _shrink_s(state: pd.DataFrame, w: Window) -> float | None:
                                            for b in w.brokers), axis=1)
     hit = after[out_of_isr]
     return None if hit.empty else (int(hit["ms"].min()) - w.fault_ms) / 1000
+
+
+def _unfenced_s(events: pd.DataFrame, w: Window) -> float | None:
+    """From the heal to the event in which the last faulted broker is unfenced again (the real cluster: it is
+    back in the brokers' metadata; a restarted one has started, recovered its logs and registered first)."""
+    after = events[(events["event_type"] == "unfenced") & (events["ms"] >= w.heal_ms)]
+    firsts = [after.loc[after["broker_id"] == b, "ms"].min() for b in w.brokers]
+    return None if any(pd.isna(f) for f in firsts) else (int(max(firsts)) - w.heal_ms) / 1000
 
 
 def _rejoin_s(state: pd.DataFrame, w: Window) -> float | None:

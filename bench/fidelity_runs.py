@@ -9,6 +9,8 @@ leaders alternating between brokers 1 and 2 (broker 3 follows everywhere), one i
 from __future__ import annotations
 
 import contextlib
+import json
+import statistics
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,6 +28,12 @@ RECORD_BYTES = 100
 PRODUCER = {"acks": "all", "enable.idempotence": True, "linger.ms": 5, "message.timeout.ms": 120_000,
             "socket.timeout.ms": 60_000, "request.timeout.ms": 30_000, "retry.backoff.ms": 100,
             "retry.backoff.max.ms": 1_000}
+# The emulated brokers' time on each produce and fetch request (the emulator's request.handling.ms). This
+# machine's real brokers, four JVMs and the collector on two cores, answer the producer's acks=all requests in
+# 35-80 ms (p50, librdkafka's statistics) in the seconds before a fault, and its batches hold 5-7 records;
+# 5 ms a request gives the emulated producer 52 ms and 4.3 records. The bench prints the real figures of every
+# run (`producer before the fault`); batch sizes decide how many requests a stalled leader holds.
+REQUEST_HANDLING_MS = 5
 
 
 @dataclass(frozen=True)
@@ -79,24 +87,34 @@ def window_of(plan: Plan, t0_ms: int) -> Window:
 # ---- the emulator ---------------------------------------------------------------------------------------
 
 T0_MS = 1_767_225_600_000   # the emulator's start: 2026-01-01T00:00:00Z (scenario start_time's default)
+# The real producer stops at the plan's end and flushes (its last requests are answered, none is cut off): the
+# emulated one stops producing there too and the run goes on this long, so it is not cut off either.
+FLUSH_MS = 5_000
 
 
-def scenario_of(plan: Plan, seed: int, sample_ms: int = 250) -> dict[str, Any]:
+def scenario_of(plan: Plan, seed: int, sample_ms: int = 250,
+                recovery: tuple[int, float] | None = None) -> dict[str, Any]:
     """The plan as an emulator scenario, its state and metrics written every `sample_ms` (the bench passes the
-    cadence the collector reached on the real runs, so that both sides are observed alike)."""
+    cadence the collector reached on the real runs, so that both sides are observed alike); a restarted broker
+    recovers in `recovery` (log.recovery.ms, log.recovery.jitter) when given, as long as the real ones took."""
+    cluster_config: dict[str, Any] = {"request.handling.ms": REQUEST_HANDLING_MS}
+    if recovery:
+        cluster_config.update({"log.recovery.ms": recovery[0], "log.recovery.jitter": recovery[1]})
     kinds = {"pause": "pause", "resume": "resume", "kill": "crash", "restart": "restart"}
     topic_config: dict[str, Any] = {"min.insync.replicas": plan.min_isr}
     if plan.topic_config.get("unclean.leader.election.enable") == "true":
         topic_config["unclean.leader.election.enable"] = True
     return {
-        "name": f"fidelity-{plan.name}", "seed": seed, "duration": f"{int(plan.duration_s * 1000)}ms",
+        "name": f"fidelity-{plan.name}", "seed": seed, "duration": f"{int(plan.duration_s * 1000) + FLUSH_MS}ms",
         "metric_interval": f"{sample_ms}ms", "partition_state_interval": f"{sample_ms}ms",
         "flush_every_intervals": 40,
-        "cluster": {"brokers": 3, "racks": ["rack-a", "rack-b", "rack-c"]},
+        "cluster": {"brokers": 3, "racks": ["rack-a", "rack-b", "rack-c"],
+                    "config": cluster_config},
         "topics": [{"name": TOPIC, "partitions": PARTITIONS, "replication.factor": 3, "config": topic_config,
                     "assignment": ASSIGNMENT}],
         "workload": {"producers": [{
             "name": "bench", "topic": TOPIC, "acks": "all", "rate": RATE, "record.bytes": RECORD_BYTES,
+            "stop": f"{int(plan.duration_s * 1000)}ms",
             "linger.ms": PRODUCER["linger.ms"], "delivery.timeout.ms": PRODUCER["message.timeout.ms"],
             "socket.timeout.ms": PRODUCER["socket.timeout.ms"], "request.timeout.ms": PRODUCER["request.timeout.ms"],
             "retry.backoff.ms": PRODUCER["retry.backoff.ms"], "retry.backoff.max.ms": PRODUCER["retry.backoff.max.ms"],
@@ -118,8 +136,9 @@ def emulate(scenario_data: dict[str, Any], lake: Path) -> tuple[str, dict[str, A
     return run_id, Simulation(scenario, DeltaSink(str(lake), run_id)).run()
 
 
-def run_emulated(plan: Plan, lake: Path, seed: int, sample_ms: int = 250) -> Outcome:
-    run_id, summary = emulate(scenario_of(plan, seed, sample_ms), lake)
+def run_emulated(plan: Plan, lake: Path, seed: int, sample_ms: int = 250,
+                 recovery: tuple[int, float] | None = None) -> Outcome:
+    run_id, summary = emulate(scenario_of(plan, seed, sample_ms, recovery), lake)
     records = summary["records"]
     return Outcome(str(lake), run_id, window_of(plan, T0_MS), records["acked"].get("all", 0),
                    records["failed"].get("all", 0), records["lost"].get("all", 0), summary["client_errors"])
@@ -134,7 +153,10 @@ class Workload:
     def __init__(self, bootstrap: str) -> None:
         from confluent_kafka import Producer
 
-        self.producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0, **PRODUCER})
+        # librdkafka's statistics each second: the produce round trip and batch sizes the bench prints.
+        self.producer = Producer({"bootstrap.servers": bootstrap, "log_level": 0, **PRODUCER,
+                                  "statistics.interval.ms": 1000, "stats_cb": self._stats})
+        self.stats: list[tuple[float, float, float]] = []   # (time, round trip p50 ms, records a batch)
         self.acked: set[int] = set()
         self.failed: dict[str, int] = {}
         self.stop = threading.Event()
@@ -146,6 +168,21 @@ class Workload:
             self.acked.add(int(msg.value()))
         else:
             self.failed[err.name()] = self.failed.get(err.name(), 0) + 1
+
+    def _stats(self, raw: str) -> None:
+        stats = json.loads(raw)
+        rtts = [b["rtt"]["p50"] / 1000 for b in stats["brokers"].values() if b["nodeid"] >= 0 and b["rtt"]["cnt"]]
+        batches = stats["topics"].get(TOPIC, {}).get("batchcnt", {})
+        if rtts and batches.get("cnt"):
+            self.stats.append((time.time(), statistics.median(rtts), float(batches["avg"])))
+
+    def before(self, t_ms: int, span_s: float = 5.0) -> dict[str, float]:
+        """The round trip and batch size over the `span_s` before t_ms (a fault), medians of the seconds."""
+        seen = [(rtt, batch) for at, rtt, batch in self.stats if t_ms / 1000 - span_s < at <= t_ms / 1000]
+        if not seen:
+            return {}
+        return {"round_trip_ms": statistics.median(r for r, _ in seen),
+                "batch_records": statistics.median(b for _, b in seen)}
 
     def _run(self) -> None:
         from confluent_kafka import KafkaException
@@ -283,6 +320,12 @@ def run_real(plan: Plan, workdir: Path, log: Any) -> Outcome:
             workload.finish()
             for thread in restarts:
                 thread.join(120)
+            first_fault_ms = int((t0 + plan.steps[0][0]) * 1000)
+            producer = workload.before(first_fault_ms)
+            if producer:
+                log(f"  {plan.name}: producer before the fault: round trip p50 {producer['round_trip_ms']:.0f} ms, "
+                    f"{producer['batch_records']:.1f} records a batch (emulated: request.handling.ms "
+                    f"{REQUEST_HANDLING_MS})")
             log(f"  {plan.name}: {collecting.intervals} collector intervals, {len(workload.acked)} acknowledged"
                 + (f"; the producer stopped: {workload.fatal}" if workload.fatal else ""))
         for b in cluster.broker_ids():   # a broker still stopped would hold the read-back

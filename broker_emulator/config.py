@@ -27,6 +27,11 @@ class BrokerConfig:
     metadata_propagation_ms: int = 20
     # Not a Kafka key: one-way latency of every request between two brokers or a client and a broker.
     network_latency_ms: int = 1
+    # Not a Kafka key: how long a broker spends on a produce or fetch request, and a follower on a fetch answer,
+    # before acting on it (RequestMetrics' queue and local time). 0 by default: the emulated broker is as fast as
+    # the network. A loaded machine's brokers are not: bench/fidelity.py sets it from the real producer's
+    # measured round trip.
+    request_handling_ms: int = 0
     # Not a Kafka key: the OS writes dirty page-cache pages back after this long (Linux dirty_expire).
     page_cache_writeback_ms: int = 30_000
     min_insync_replicas: int = 1

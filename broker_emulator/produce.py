@@ -226,7 +226,8 @@ class Produce:
                 # Read as its own event, not from inside the answer being sent (which may be running in the
                 # middle of a fetch or an HW advance); the connection is held for it meanwhile.
                 self.reading[connection] = request
-                self.sim.queue.schedule(self.sim.clock.now_ms, "produce_arrive", (request.leader, request))
+                self.sim.queue.schedule(self.sim.clock.now_ms + self.sim.cfg.request_handling_ms, "produce_arrive",
+                                        (request.leader, request))
                 return
         self.unread.pop(connection, None)
 

@@ -292,7 +292,8 @@ class ProducerClient:
                 request.retried.append(b.p)
                 st.retries_in_flight[b.p] += 1
         st.in_flight.setdefault(leader, {})[request.request_id] = request
-        sim.queue.schedule(now + sim.cfg.network_latency_ms, "produce_arrive", (leader, request))
+        sim.queue.schedule(now + sim.cfg.network_latency_ms + sim.cfg.request_handling_ms, "produce_arrive",
+                           (leader, request))
         # librdkafka: a ProduceRequest times out after the lesser of socket.timeout.ms and the first batch's
         # remaining delivery timeout.
         oldest = min(b.created_ms for b in batches)

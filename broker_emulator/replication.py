@@ -149,7 +149,8 @@ class Replication(CutFetches):
         # Fancy indexing copies: the request keeps the offsets and epochs as of sending.
         req = FetchRequest(follower, leader, ps, ss, ls, fs, fl, flat.leo[fs], flat.known_epoch[fs],
                            self._request_ids)
-        sim.queue.schedule(sim.clock.now_ms + sim.cfg.network_latency_ms, "fetch_leader", req)
+        sim.queue.schedule(sim.clock.now_ms + sim.cfg.network_latency_ms + sim.cfg.request_handling_ms,
+                           "fetch_leader", req)
 
     def _truncate_before_fetch(self, ps: np.ndarray, ss: np.ndarray, leader: int) -> None:
         """A follower of a new leader first truncates its divergent suffix (KIP-101/279), or to its HW."""
@@ -342,7 +343,7 @@ class Replication(CutFetches):
     def respond(self, req: FetchRequest) -> None:
         sim, t = self.sim, self.t
         self.parked.pop((req.follower, req.leader), None)
-        delay = sim.cfg.network_latency_ms + sim.brokers.fetch_delay_ms(req.follower)
+        delay = sim.cfg.network_latency_ms + sim.cfg.request_handling_ms + sim.brokers.fetch_delay_ms(req.follower)
         if len(req.fl) <= SMALL_BATCH:
             resp = FetchResponse(req, *respond_entries(self, req))
             sim.queue.schedule(sim.clock.now_ms + delay, "fetch_apply", resp)

@@ -102,6 +102,7 @@ BROKER_KEYS = {
     "broker.heartbeat.interval.ms": "broker_heartbeat_interval_ms",
     "metadata.propagation.ms": "metadata_propagation_ms",
     "network.latency.ms": "network_latency_ms",
+    "request.handling.ms": "request_handling_ms",
     "page.cache.writeback.ms": "page_cache_writeback_ms",
     "min.insync.replicas": "min_insync_replicas",
     "unclean.leader.election.enable": "unclean_leader_election_enable",

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.fidelity import compare, pooled_races, rejudge, z_score
+from bench.fidelity import calibrated, compare, main, pooled_races, recovery_of, rejudge, z_score
+from bench.fidelity_runs import PLANS
 
 
 def test_a_count_is_within_tolerance_when_the_ranges_meet_or_the_means_are_within_a_quarter_or_one_event() -> None:
@@ -39,15 +40,53 @@ def test_a_race_meter_is_judged_on_its_share_pooled_over_every_plan() -> None:
 
 def test_a_saved_run_is_judged_again_without_running_anything(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    saved = {"stall-follower": [
-        {"measure": "IsrExpandsPerSec", "real": [1, 2], "emulated": [4, 4, 4], "ok": False},
-        {"measure": "isr_joins", "real": [6, 6], "emulated": [6, 6, 6], "ok": True},
-        {"measure": "fence_s", "real": [9.5, 9.4], "emulated": [7.9, 8.1, 8.7], "ok": True}]}
+    rows = [{"measure": "IsrExpandsPerSec", "real": [1, 2], "emulated": [4, 4, 4], "ok": False},
+            {"measure": "isr_joins", "real": [6, 6], "emulated": [6, 6, 6], "ok": True},
+            {"measure": "fence_s", "real": [9.5, 9.4], "emulated": [7.9, 8.1, 8.7], "ok": True}]
+    saved = {"stall-follower": {"sample_ms": 400, "rows": rows}}
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(saved))
     assert rejudge(path, check=True) == 1   # 3 of 12 against 12 of 18: z 2.24
     out = capsys.readouterr().out
     assert "IsrExpandsPerSec" in out and "race" in out and "z 2.24  NO" in out
-    saved["stall-follower"][0]["real"] = [3, 4]
+    rows[0]["real"] = [3, 4]
     path.write_text(json.dumps(saved))
     assert rejudge(path, check=True) == 0
+
+
+def test_an_emulator_change_is_judged_against_real_runs_kept_in_a_json_file(tmp_path: Path,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """--real-from runs no cluster: the real columns come from the file, the emulator runs at its cadence."""
+    kept = {"stall-follower": {"sample_ms": 500, "rows": [
+        {"measure": "fence_s", "real": [9.5, 9.4], "emulated": [0.0], "ok": False},
+        {"measure": "isr_joins", "real": [6, 6], "emulated": [0], "ok": False},
+        {"measure": "records acknowledged", "real": [37_501, 37_509], "emulated": [0], "ok": False}]}}
+    path, out_path = tmp_path / "real.json", tmp_path / "new.json"
+    path.write_text(json.dumps(kept))
+    assert main(["--real-from", str(path), "--seeds", "1", "--workdir", str(tmp_path), "--json", str(out_path)]) == 0
+    printed = capsys.readouterr().out
+    assert "stall-follower" in printed and "kill-restart-follower" not in printed
+    judged = json.loads(out_path.read_text())["stall-follower"]
+    assert judged["sample_ms"] == 500
+    by_name = {r["measure"]: r for r in judged["rows"]}
+    assert by_name["fence_s"]["real"] == [9.5, 9.4] and by_name["records acknowledged"]["real"] == [37_501, 37_509]
+    # The emulated side is measured anew: broker 3 out of, then back in, each of its six ISRs; every record
+    # acknowledged (the emulated producer stops at the plan's end and its last requests are answered).
+    assert by_name["isr_joins"]["emulated"] == [6] and by_name["isr_joins"]["ok"]
+    assert by_name["records acknowledged"]["emulated"] == [37_500]
+    assert 7.0 <= by_name["fence_s"]["emulated"][0] <= 9.0
+
+
+def test_a_restart_plan_hands_the_real_brokers_return_to_the_emulator_and_does_not_judge_it() -> None:
+    """The real brokers came back 14.5 and 17.1 s after their restart: the emulated one registers 1 s (half a
+    heartbeat interval) sooner on average, spread as they were; a plan without a restart gets nothing."""
+    by_name = {p.name: p for p in PLANS}
+    real = [{"unfenced_s": 14.5, "rejoin_s": 14.5}, {"unfenced_s": 17.1, "rejoin_s": 17.1}]
+    assert recovery_of(by_name["kill-restart-follower"], real) == (14_800, 0.09)
+    assert recovery_of(by_name["stall-follower"], real) is None
+    assert recovery_of(by_name["kill-restart-leader"], [{"unfenced_s": None}] * 2) is None
+    emulated = [{"unfenced_s": 30.0, "rejoin_s": 15.0}]
+    rows = {name: ok for name, _, _, ok in compare(real, emulated, calibrated(by_name["kill-restart-follower"]))}
+    assert rows == {"unfenced_s": True, "rejoin_s": True}
+    rows = {name: ok for name, _, _, ok in compare(real, emulated, calibrated(by_name["stall-follower"]))}
+    assert rows == {"unfenced_s": False, "rejoin_s": True}

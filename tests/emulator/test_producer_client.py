@@ -278,3 +278,47 @@ def test_librdkafkas_sticky_partitioner_moves_every_sticky_partitioning_linger_m
     # 200 draws in 2 s, 5 in 6 of them a different partition; 62 draws for the Java client.
     assert 140 <= switches("sticky.partitioning.linger.ms: 10") <= 190
     assert 35 <= switches("retries: 2147483647") <= 62
+
+
+HANDLED = """
+name: handled
+duration: 5s
+cluster: {{brokers: 3, config: {{request.handling.ms: {handling}}}}}
+topics:
+  - {{name: t, partitions: 1, replication.factor: 3, assignment: [[1, 2, 3]]}}
+workload:
+  producers:
+    - {{name: w, topic: t, acks: all, rate: 20, linger.ms: 5}}
+"""
+
+
+def round_trips(handling: int) -> Counter[int]:
+    """Each acks=all request's time from send to answer, one record every 50 ms (nothing queues behind another)."""
+    sim = simulate(HANDLED.format(handling=handling))
+    client: ProducerClient = sim.produce.client
+    send, respond = client._send, client.response
+    sent: dict[int, int] = {}
+    took: Counter[int] = Counter()
+
+    def sending(index: int, st: Any, leader: int, batches: list[Any]) -> None:
+        sent[client.next_request_id] = sim.clock.now_ms
+        send(index, st, leader, batches)
+
+    def answered(request: Any) -> None:
+        took[sim.clock.now_ms - sent[request.request_id]] += 1
+        respond(request)
+
+    client._send = sending  # type: ignore[method-assign]
+    client.response = answered  # type: ignore[method-assign]
+    sim.run()
+    return took
+
+
+def test_request_handling_time_stretches_the_acks_all_round_trip_by_three_broker_hops() -> None:
+    """An acks=all write is answered once the followers' next fetches pass it: the leader handles the produce
+    request, each follower the fetch answer that carries the record, the leader the fetch that acknowledges it.
+    One-way latency 1 ms: 4 ms without handling time, 4 + 3 x 5 ms with request.handling.ms 5 (what the fidelity
+    bench sets to match this machine's brokers)."""
+    fast, handled = round_trips(0), round_trips(5)
+    assert list(fast) == [4] and fast[4] >= 98   # one record every 50 ms for 5 s
+    assert list(handled) == [19] and handled[19] >= 98
