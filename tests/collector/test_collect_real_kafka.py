@@ -447,6 +447,10 @@ def test_the_emulator_agrees_with_this_cluster_on_a_stalled_follower(stalled_fol
     for name in ("fence_s", "shrink_s", "rejoin_s"):
         assert within(name, [emulated[name]], [real[name]]) or (
             0 <= real[name] - emulated[name] <= 2 * HEARTBEAT_S), (name, real[name], emulated[name])
-    for name in ("leader_changes", "hw_advance_under_min_isr", "max UnderReplicatedPartitions",
-                 "max UnderMinIsrPartitionCount"):
+    for name in ("leader_changes", "hw_advance_under_min_isr"):
         assert emulated[name] == real[name], (name, real[name], emulated[name])
+    # Per broker, a gauge that stayed 0 reads as one never reported (as the bench reads them): a collector read
+    # stamped at its interval's start can reach the stalled broker just before its pause or just after its resume.
+    for name in ("max UnderReplicatedPartitions", "max UnderMinIsrPartitionCount"):
+        emulated_max, real_max = ({b: v for b, v in m[name].items() if v} for m in (emulated, real))
+        assert emulated_max == real_max, (name, real[name], emulated[name])
