@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity jars kafka-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -36,6 +36,18 @@ $(STAMPS)/kafka-jars: jvm/kafka/pom.xml
 	@echo "fetching Apache Kafka and the JMX exporter with Maven into jvm/kafka/jars (first run only)"
 	@rm -rf jvm/kafka/jars
 	@mvn -q -B -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	@touch $@
+
+# Spark's S3A connector (hadoop-aws for the Hadoop inside pyspark, and only the AWS SDK modules it loads), for
+# lakehouses on an object store, and s3proxy, the S3-compatible server on loopback the tests and the cluster
+# demo write to (foundation/object_store.py, object_store_fixture/).
+s3-jars: $(STAMPS)/s3-jars
+$(STAMPS)/s3-jars: jvm/s3/pom.xml jvm/s3proxy/pom.xml
+	@mkdir -p $(STAMPS)
+	@echo "fetching Spark's S3A connector and s3proxy with Maven into jvm/s3/jars and jvm/s3proxy/jars (first run only)"
+	@rm -rf jvm/s3/jars jvm/s3proxy/jars
+	@mvn -q -B -f jvm/s3/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	@mvn -q -B -f jvm/s3proxy/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
 	@touch $@
 
 # The dashboards load a plotly.js built for them: plotly.js's core (scatter, cartesian axes) with bar and
@@ -118,13 +130,13 @@ demo-kafka: venv jars kafka-jars $(PLOTLY_BUNDLE)
 # sort them by test count).
 PYTEST_DIST = -n 2 --dist loadgroup --no-loadscope-reorder
 
-test: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
+test: venv jars kafka-jars s3-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo --no-cache
 	$(PY) -m pytest -q $(PYTEST_DIST) --durations=15
 
-test-all: venv jars kafka-jars chromium $(PLOTLY_BUNDLE)
+test-all: venv jars kafka-jars s3-jars chromium $(PLOTLY_BUNDLE)
 	$(PY) -m pytest -q $(PYTEST_DIST) -m "slow or not slow"
 
 lint: venv

@@ -23,11 +23,12 @@ rate; a consumer (assign(), no group) reads them back. Per partition and interva
   unverified (forgotten after the horizon without being read back: not a loss), produce latency (ack - send) and
   round-trip latency (read - send), p50/p99/max in ms.
 
-What it knows survives a restart: `save_state` writes `<lakehouse>/_collector/<cluster id>/canary_state.json`
-(atomically), and a canary started on the same lakehouse reads the partitions again from the oldest record it
-remembers, so it still reports the loss of records acknowledged before the restart. Call `save_state` after the
-interval's bronze rows are committed: a crash between the two reports that interval's losses again (at least
-once), a crash before the commit detects them again from the state saved before.
+What it knows survives a restart: `save_state` writes `<state root>/_collector/<cluster id>/canary_state.json`
+(atomically; the root is a local lakehouse, or the collector's `--state-dir`), and a canary started on the same
+root reads the partitions again from the oldest record it remembers, so it still reports the loss of records
+acknowledged before the restart. Call `save_state` after the interval's bronze rows are committed: a crash
+between the two reports that interval's losses again (at least once), a crash before the commit detects them
+again from the state saved before.
 """
 
 from __future__ import annotations
@@ -84,13 +85,13 @@ log = logging.getLogger(__name__)
 class Canary(ReadBack):
     """`start()`, then once per collection interval `take_interval(now_ms)` and `save_state()`; `stop()`."""
 
-    def __init__(self, config: CanaryConfig, lakehouse: str | os.PathLike[str]) -> None:
+    def __init__(self, config: CanaryConfig, state_root: str | os.PathLike[str]) -> None:
         if not isinstance(config, CanaryConfig):
             raise TypeError(f"config must be a CanaryConfig, got {type(config).__name__}")
-        if not isinstance(lakehouse, str | os.PathLike):
-            raise TypeError(f"lakehouse must be a path, got {type(lakehouse).__name__}")
+        if not isinstance(state_root, str | os.PathLike):
+            raise TypeError(f"state_root must be a path, got {type(state_root).__name__}")
         self.config = config
-        self.lakehouse = Path(lakehouse)
+        self.state_root = Path(state_root)
         self._lock = threading.Lock()
         self._state: CanaryState | None = None
         self._layout: TopicLayout | None = None
@@ -120,7 +121,7 @@ class Canary(ReadBack):
     def state_path(self) -> Path:
         if self._state is None:
             raise CanaryError("the canary has not started: the state path needs the cluster id")
-        return self.lakehouse / "_collector" / self._state.cluster_id / "canary_state.json"
+        return self.state_root / "_collector" / self._state.cluster_id / "canary_state.json"
 
     @property
     def partitions(self) -> list[int]:
@@ -267,7 +268,7 @@ class Canary(ReadBack):
             "error_cb": self._on_producer_error})
 
     def _load_state(self, cluster_id: str, layout: TopicLayout) -> CanaryState:
-        path = self.lakehouse / "_collector" / cluster_id / "canary_state.json"
+        path = self.state_root / "_collector" / cluster_id / "canary_state.json"
         state = CanaryState.load(path)
         if state is not None and (state.topic, state.topic_id) != (self.config.topic, layout.topic_id):
             # Another topic, or the topic was deleted and created again: its offsets say nothing about this one.

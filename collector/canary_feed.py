@@ -102,7 +102,7 @@ class CanaryFeed:
         return out
 
 
-def canary_for_collector(bootstrap_servers: str, *, lakehouse: str, topic: str, rate_per_partition: float,
+def canary_for_collector(bootstrap_servers: str, *, state_root: str, topic: str, rate_per_partition: float,
                          topic_config: dict[str, str] | None = None,
                          min_insync_replicas: int = 2) -> Callable[[str, Path], CanaryFeed]:
     """A factory the Collector calls once it knows the cluster: the canary starts then (creating its topic)."""
@@ -110,6 +110,6 @@ def canary_for_collector(bootstrap_servers: str, *, lakehouse: str, topic: str, 
     def start(_run_id: str, _state_dir: Path) -> CanaryFeed:
         config = CanaryConfig(bootstrap_servers, topic=topic, records_per_second=rate_per_partition,
                               topic_config=topic_config or {}, min_insync_replicas=min_insync_replicas)
-        return CanaryFeed(Canary(config, lakehouse).start())
+        return CanaryFeed(Canary(config, state_root).start())
 
     return start

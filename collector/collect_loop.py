@@ -36,6 +36,7 @@ from collector.observed_events import (
     view_events,
 )
 from foundation.bronze_sink import DeltaSink
+from foundation.object_store import is_object_store
 from schemas import bronze
 from schemas.table import TableDef
 
@@ -66,6 +67,18 @@ class CollectSettings:
     interval_s: float = 1.0
     timeout_s: float = 0.5
     config_every: int = 30
+    state_dir: str | None = None     # where `_collector/` goes; default the lakehouse, when it is a local one
+
+    @property
+    def state_root(self) -> str:
+        """The folder holding the collector's memory of each cluster (small JSON files, rewritten each interval:
+        kept on a local disk, not on an object store)."""
+        if self.state_dir is not None:
+            return self.state_dir
+        if is_object_store(self.lakehouse):
+            raise ValueError(f"the lakehouse {self.lakehouse} is on an object store: give the collector a local "
+                             "--state-dir for what it remembers of the cluster between runs")
+        return self.lakehouse
 
 
 @dataclass
@@ -109,7 +122,7 @@ class Collector:
         self.start_ms = wall_ms()
         self.cluster_id = self.reader.cluster_id
         self.run_id = run_id_for(self.cluster_id, self.start_ms)
-        self.state_dir = Path(settings.lakehouse) / "_collector" / (re.sub(r"[^A-Za-z0-9_-]", "_", self.cluster_id)
+        self.state_dir = Path(settings.state_root) / "_collector" / (re.sub(r"[^A-Za-z0-9_-]", "_", self.cluster_id)
                                                                    or "cluster")
         self.memory = ClusterMemory.load(self.state_dir)
         self.sink = DeltaSink(settings.lakehouse, self.run_id, writer="collector")

@@ -18,6 +18,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import compact_and_checkpoint
+from foundation.object_store import storage_options
 from schemas.bronze import REFERENCE_TABLES
 from schemas.table import TableDef
 
@@ -55,7 +56,7 @@ class DeltaSink:
     def written_version(self, td: TableDef) -> int:
         """The last batch id this run committed to `td`, or -1."""
         try:
-            version = DeltaTable(td.path(self.lakehouse)).transaction_version(self.app_id)
+            version = self._table(td).transaction_version(self.app_id)
         except TableNotFoundError:
             return -1
         return -1 if version is None else int(version)
@@ -65,7 +66,7 @@ class DeltaSink:
         if td.name in self.checked:
             return
         try:
-            existing = [f.name for f in DeltaTable(td.path(self.lakehouse)).schema().fields]
+            existing = [f.name for f in self._table(td).schema().fields]
         except TableNotFoundError:
             existing = list(td.arrow_schema.names)
         if existing != list(td.arrow_schema.names):
@@ -110,11 +111,15 @@ class DeltaSink:
                             commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)]))
         self._written[td.name] = batch_id
 
+    def _table(self, td: TableDef) -> DeltaTable:
+        path = td.path(self.lakehouse)
+        return DeltaTable(path, storage_options=storage_options(path))
+
     def _opened(self, td: TableDef) -> DeltaTable | None:
         """The table open at its latest version (None before its first commit: the write creates it)."""
         if td.name not in self._open:
             try:
-                self._open[td.name] = DeltaTable(td.path(self.lakehouse))
+                self._open[td.name] = self._table(td)
             except TableNotFoundError:
                 return None
         return self._open[td.name]

@@ -28,6 +28,8 @@ import pyarrow as pa
 from deltalake import DeltaTable, write_deltalake
 from deltalake.exceptions import TableNotFoundError
 
+from foundation.object_store import storage_options
+
 # How far back to look for a checksum to start from; beyond it (a table whose older commits all came
 # from a writer without checksums) nothing is written.
 MAX_LOOK_BACK = 100
@@ -107,13 +109,18 @@ def write_with_checksum(path: str, rows: pa.Table, *, table: DeltaTable | None =
     `table`, the table at `path` already open, saves opening it (a log replay since the last checkpoint); the
     write brings it to the new version. Checksums are written only on a local file system (a plain path or
     file: URI)."""
+    options = storage_options(path)
     if table is None:
         try:
-            table = DeltaTable(path)
+            table = DeltaTable(path, storage_options=options)
         except TableNotFoundError:
             table = None
-    write_deltalake(table if table is not None else path, rows, **write_args)
-    version = (table if table is not None else DeltaTable(path)).version()
+    if table is not None:
+        write_deltalake(table, rows, **write_args)
+        version = table.version()
+    else:
+        write_deltalake(path, rows, storage_options=options, **write_args)
+        version = DeltaTable(path, storage_options=options).version()
     parts = urlsplit(path)
     if parts.scheme in ("", "file"):
         write_checksum(parts.path if parts.scheme else path, version)

@@ -15,12 +15,14 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
 from foundation.delta_checksum import write_with_checksum
+from foundation.object_store import storage_options
 from schemas.table import TableDef
 
 
 def open_table(td: TableDef, lakehouse: str) -> DeltaTable | None:
     try:
-        return DeltaTable(td.path(lakehouse))
+        path = td.path(lakehouse)
+        return DeltaTable(path, storage_options=storage_options(path))
     except TableNotFoundError:
         return None
 
@@ -100,7 +102,8 @@ def compact_and_checkpoint(lakehouse: str, tables: tuple[TableDef, ...], retenti
     """Bound a long run's table size: merge small files, checkpoint the log, vacuum old files."""
     for td in tables:
         try:
-            dt = DeltaTable(td.path(lakehouse))
+            path = td.path(lakehouse)
+            dt = DeltaTable(path, storage_options=storage_options(path))
         except TableNotFoundError:
             continue
         dt.optimize.compact()

@@ -8,6 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from foundation import object_store
+from foundation.object_store import ObjectStore
 from foundation.yaml_file import read_yaml
 from schemas.bronze import BRONZE_TABLES
 
@@ -127,11 +129,35 @@ class ApiSettings(BaseModel):
         return v
 
 
+class StorageSettings(BaseModel):
+    """An object-store lakehouse's endpoint (foundation/object_store.py). Unset keys fall back to the AWS
+    SDK's variables (AWS_ENDPOINT_URL, AWS_REGION); credentials come only from the environment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str | None = None         # e.g. http://127.0.0.1:9000 (MinIO, s3proxy); unset: AWS S3
+    region: str | None = None
+    path_style: bool = True
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^/\s]+/?$", v):
+            raise ValueError("expected http://host:port or https://host (no path)")
+        return v
+
+    def object_store(self) -> ObjectStore:
+        env = ObjectStore.from_environment()
+        return ObjectStore(endpoint=self.endpoint or env.endpoint, region=self.region or env.region,
+                           path_style=self.path_style)
+
+
 class PipelineSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lakehouse: str = "lakehouse"
     checkpoints: str | None = None
+    storage: StorageSettings = Field(default_factory=lambda: StorageSettings.model_validate({}))
     spark: dict[str, str] = Field(default_factory=dict)
     validate_: ValidateSettings = Field(default_factory=lambda: ValidateSettings.model_validate({}), alias="validate")
     alerts: AlertsSettings = Field(default_factory=lambda: AlertsSettings.model_validate({}))
@@ -172,6 +198,8 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
     settings.lakehouse = _absolute(settings.lakehouse)
     if settings.checkpoints is not None:
         settings.checkpoints = _absolute(settings.checkpoints)
+    # A process works on one lakehouse: its delta-rs reads and writes take the store these settings name.
+    object_store.use(settings.storage.object_store())
     return settings
 
 

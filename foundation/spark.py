@@ -20,8 +20,11 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from foundation import object_store
+
 ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = ROOT / "jvm" / "jars"
+S3_JARS_DIR = ROOT / "jvm" / "s3" / "jars"
 LOG4J2_CONFIG = ROOT / "conf" / "log4j2.properties"
 
 # Python loggers of the libraries a Spark run goes through: errors only unless verbose.
@@ -37,6 +40,14 @@ def delta_jars() -> list[str]:
     jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
     if not any("delta-spark" in j for j in jars):
         raise RuntimeError(f"Delta Lake jars not found in {JARS_DIR}: run `make jars`")
+    return jars
+
+
+def s3_jars() -> list[str]:
+    """Spark's S3A connector, for a lakehouse on an object store (foundation/object_store.py)."""
+    jars = sorted(str(p) for p in S3_JARS_DIR.glob("*.jar"))
+    if not any("hadoop-aws" in j for j in jars):
+        raise RuntimeError(f"the S3A connector's jars are not in {S3_JARS_DIR}: run `make s3-jars`")
     return jars
 
 
@@ -176,8 +187,9 @@ def _spark_default_logging(spark: SparkSession) -> bool:
 
 
 def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[str, str] | None = None,
-                        ui: bool = False, verbose: bool = False) -> SparkSession:
-    """A SparkSession with Delta configured; `conf` overrides every default. Quiet unless `verbose`."""
+                        ui: bool = False, verbose: bool = False, lakehouse: str | None = None) -> SparkSession:
+    """A SparkSession with Delta configured; `conf` overrides every default. Quiet unless `verbose`. A
+    `lakehouse` on an object store adds the S3A connector and the store's settings."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     quiet_python_loggers(verbose)
@@ -208,6 +220,10 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     }
+    on_store = lakehouse is not None and object_store.is_object_store(lakehouse)
+    if on_store:
+        settings["spark.jars"] += "," + ",".join(s3_jars())
+        settings.update(object_store.current().spark_confs())
     settings.update(conf or {})
     from pyspark import SparkConf, SparkContext
 
@@ -217,6 +233,9 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
         submitted = SparkConf()
         if "delta-spark" not in submitted.get("spark.jars", ""):
             raise RuntimeError("spark-submit needs the Delta jars: add --jars \"$(ls jvm/jars/*.jar | paste -sd,)\"")
+        if on_store and "hadoop-aws" not in submitted.get("spark.jars", ""):
+            raise RuntimeError(f"spark-submit needs the S3A connector for {lakehouse}: add its jars "
+                               "(jvm/s3/jars/*.jar) to --jars, or run the job with `isrwatch submit`")
         settings = {k: v for k, v in settings.items() if k != "spark.jars" and not submitted.contains(k)}
         user_level = submitted.contains("spark.log.level")
     else:

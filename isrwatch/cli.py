@@ -127,7 +127,7 @@ def _emulate(args: argparse.Namespace) -> int:
         scenario = dataclasses.replace(scenario, flush_every_intervals=1)
     print(f"isrwatch emulate: scenario {scenario.name} ({scenario.source}) seed {scenario.seed}, "
           f"{scenario.duration_ms / 1000:.0f} simulated s"
-          + ("" if args.no_lakehouse else f", writing {Path(args.lakehouse) / 'bronze'}"), file=sys.stderr)
+          + ("" if args.no_lakehouse else f", writing {args.lakehouse.rstrip('/')}/bronze"), file=sys.stderr)
     sim = Simulation(scenario, sink)
     wait_until = None
     if args.pace is not None:
@@ -160,7 +160,7 @@ def _emulate(args: argparse.Namespace) -> int:
     summary["wall_seconds"] = round(wall, 3)
     print(format_summary(summary))
     print(f"done in {wall:.1f} s wall ({scenario.duration_ms / 1000 / max(wall, 1e-9):.0f}x real time)"
-          + ("" if args.no_lakehouse else f"; bronze tables in {Path(args.lakehouse) / 'bronze'}"))
+          + ("" if args.no_lakehouse else f"; bronze tables in {args.lakehouse.rstrip('/')}/bronze"))
     if args.summary_json:
         Path(args.summary_json).write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return 0

@@ -40,6 +40,9 @@ def add_collect_parser(sub: Any) -> None:
     p.add_argument("--metrics-url", action="append", type=_metrics_url, default=[], metavar="[ID=]URL",
                    help="a broker's or controller's Prometheus JMX exporter (conf/jmx_exporter.yaml); repeat it")
     p.add_argument("--lakehouse", default="lakehouse", help="lakehouse root for the bronze Delta tables")
+    p.add_argument("--state-dir", default=None,
+                   help="local folder for what the collector remembers of a cluster between runs (default: the "
+                        "lakehouse; required when the lakehouse is on an object store)")
     p.add_argument("--interval", type=_seconds, default=1.0, help="collection interval (e.g. 1s, 500ms)")
     p.add_argument("--timeout", type=_seconds, default=0.5,
                    help="per-broker request timeout: a broker slower than this is reported as not answering")
@@ -59,12 +62,18 @@ def main_collect(args: argparse.Namespace) -> int:
     for node, url in args.metrics_url:
         urls.setdefault(node, []).append(url)
     settings = CollectSettings(bootstrap_servers=args.bootstrap_servers.split(","), lakehouse=args.lakehouse,
-                               metrics_urls=urls, interval_s=args.interval, timeout_s=args.timeout)
+                               metrics_urls=urls, interval_s=args.interval, timeout_s=args.timeout,
+                               state_dir=args.state_dir)
+    try:
+        state_root = settings.state_root
+    except ValueError as e:
+        print(f"isrwatch collect: {e}", file=sys.stderr)
+        return 2
     canary_factory = None
     if not args.no_canary:
         from collector.canary_feed import canary_for_collector
 
-        canary_factory = canary_for_collector(args.bootstrap_servers, lakehouse=args.lakehouse,
+        canary_factory = canary_for_collector(args.bootstrap_servers, state_root=state_root,
                                               topic=args.canary_topic, rate_per_partition=args.canary_rate)
     try:
         collector = Collector(settings, canary_factory=canary_factory)
@@ -90,7 +99,7 @@ def main_collect(args: argparse.Namespace) -> int:
               f"{status['elapsed_ms']:.0f} ms" + (f", not answering: {silent}" if silent else ""), flush=True)
 
     print(f"isrwatch collect: cluster {collector.cluster_id}, run {collector.run_id}, "
-          f"writing to {Path(args.lakehouse).resolve()}", flush=True)
+          f"writing to {args.lakehouse if '://' in args.lakehouse else Path(args.lakehouse).resolve()}", flush=True)
     try:
         batches = collector.run(duration_s=args.duration, on_step=progress, should_stop=stop.is_set)
     except SinkSchemaError as e:

@@ -47,9 +47,11 @@ def _reservoir_version(offset: Any) -> int | None:
 def table_version(path: str) -> int | None:
     from deltalake import DeltaTable
 
+    from foundation.object_store import storage_options
+
     try:
-        return int(DeltaTable(path).version())
-    except Exception:  # a remote root without credentials for delta-rs: lag is then unknown
+        return int(DeltaTable(path, storage_options=storage_options(path)).version())
+    except Exception:  # a remote root delta-rs cannot reach (credentials): lag is then unknown
         return None
 
 
@@ -173,7 +175,8 @@ def main_pipeline(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
-    spark = build_spark_session("isrwatch-pipeline", conf=settings.spark, verbose=args.verbose)
+    spark = build_spark_session("isrwatch-pipeline", conf=settings.spark, verbose=args.verbose,
+                                lakehouse=settings.lakehouse)
     try:
         running, dispatcher = start_jobs(spark, settings, jobs)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:

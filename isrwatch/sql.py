@@ -169,7 +169,7 @@ def main_sql(args: argparse.Namespace) -> int:
         print(f"isrwatch sql: lakehouse {root!r} does not exist (run `isrwatch emulate` first)", file=sys.stderr)
         return 2
     spark = build_spark_session("isrwatch-sql", conf={"spark.sql.warehouse.dir": tempfile.mkdtemp(
-        prefix="isrwatch-warehouse-")}, verbose=args.verbose)
+        prefix="isrwatch-warehouse-")}, verbose=args.verbose, lakehouse=root)
     if not args.verbose:
         # Spark logs every rejected statement at ERROR with a stack trace; we print its message on one line.
         spark.sparkContext.setLogLevel("OFF")

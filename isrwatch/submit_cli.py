@@ -4,7 +4,8 @@ spark-submit from the pyspark wheel needs the venv's Python named (else "Could n
 Delta jars and the two Delta settings; this fills them in and passes every other option through, so a job goes
 to `--master spark://…` (or stays on `local[*]`) with one command. What the user gives wins: their `--jars` are
 added to Delta's, their `--conf` for a key replaces the default, their `--driver-java-options` replace the quiet
-log4j configuration.
+log4j configuration. A lakehouse on an object store (the job's `--lakehouse`, else its settings file's) adds
+Spark's S3A connector (jvm/s3) and the store's endpoint and credentials (foundation/object_store.py).
 
 Stopping: spark-submit runs the Python driver as a child of its JVM, and a signal to the JVM ends Spark under the
 driver (its query stops mid-batch). So the driver writes its process id to the file named by
@@ -97,14 +98,39 @@ def _options(spark_args: list[str]) -> tuple[list[tuple[str, str | None]], dict[
     return pairs, conf, jars
 
 
+def _option(args: list[str], name: str) -> str | None:
+    """The value of `name VALUE` or `name=VALUE` among a job's options (the last one given), else None."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg[len(name) + 1:]
+    return value
+
+
+def lakehouse_of(job_args: list[str]) -> str:
+    """The lakehouse the job will use: its --lakehouse, else its settings file's (--config, else the default)."""
+    from foundation.settings import load_settings
+
+    given = _option(job_args, "--lakehouse")
+    return given if given is not None else load_settings(_option(job_args, "--config")).lakehouse
+
+
 def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *,
                          python: str = sys.executable) -> list[str]:
     """The spark-submit command line: the user's options, with Delta's jars and settings and the venv's Python
-    added where the user did not set them."""
-    from foundation.spark import delta_jars
+    added where the user did not set them (and S3A's, for a lakehouse on an object store)."""
+    from foundation import object_store
+    from foundation.spark import delta_jars, s3_jars
 
     pairs, conf, user_jars = _options(spark_args)
-    settings = {**DELTA_CONF, "spark.pyspark.python": python, "spark.pyspark.driver.python": python, **conf}
+    store_jars: list[str] = []
+    store_conf: dict[str, str] = {}
+    if object_store.is_object_store(lakehouse_of(job_args)):
+        store_jars, store_conf = s3_jars(), object_store.current().spark_confs()
+    settings = {**DELTA_CONF, **store_conf, "spark.pyspark.python": python, "spark.pyspark.driver.python": python,
+                **conf}
     named = {name for name, _ in pairs}
     cmd = [str(Path(python).parent / "spark-submit")]
     for name, value in pairs:
@@ -113,7 +139,7 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
         cmd += ["--master", "local[*]"]
     if "--driver-java-options" not in named and "--verbose" not in job_args:
         cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"]
-    cmd += ["--jars", ",".join([*delta_jars(), *user_jars])]
+    cmd += ["--jars", ",".join([*delta_jars(), *store_jars, *user_jars])]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
     return [*cmd, str(ROOT / "jobs" / f"{job}.py"), *job_args]

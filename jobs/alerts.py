@@ -243,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"alerts: {e}", file=sys.stderr)
         return 2
     driver_signals.install()
-    spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose)
+    spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose,
+                                lakehouse=settings.lakehouse)
     try:
         running = start_alerts(spark, settings, config)
     except FileNotFoundError as e:

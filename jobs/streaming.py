@@ -100,7 +100,8 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
         print(f"{job}: {e}", file=sys.stderr)
         return 2
     driver_signals.install()
-    spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose)
+    spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose,
+                                lakehouse=settings.lakehouse)
     try:
         query, evaluator = start(spark, settings, extra)
     except FileNotFoundError as e:

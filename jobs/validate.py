@@ -373,7 +373,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"validate: {e}", file=sys.stderr)
         return 2
     driver_signals.install()
-    spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose)
+    spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose,
+                                lakehouse=settings.lakehouse)
     try:
         running = start_validation(spark, settings)
     except (SchemaDriftError, FileNotFoundError) as e:

@@ -27,6 +27,9 @@ import pyarrow.dataset as ds
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
+from foundation.object_store import is_object_store, storage_options
+from schemas.registry import EVERY_TABLE
+
 LAYERS = ("bronze", "silver", "quarantine", "gold", "api")
 _NAME = re.compile(r"^(bronze|silver|quarantine|gold|api)\.([a-z_][a-z0-9_]*)$")
 
@@ -69,6 +72,9 @@ class LakehouseReader:
 
     def tables(self) -> list[str]:
         """Every Delta table present under the root, as `<layer>.<table>`, sorted."""
+        if is_object_store(self.root):
+            # No folders to list on an object store: every table isrwatch defines, where one exists.
+            return sorted(td.qualified_name for td in EVERY_TABLE if self.exists(td.qualified_name))
         if "://" in self.root:
             return sorted(n for n in self._tables)
         base = Path(self.root)
@@ -145,7 +151,7 @@ class LakehouseReader:
                 return c
             # A fresh handle rather than update_incremental(): reads in flight keep the old snapshot.
             try:
-                table = DeltaTable(path)
+                table = DeltaTable(path, storage_options=storage_options(path))
             except TableNotFoundError:
                 raise UnknownTable(f"table {name} does not exist yet under {self.root}") from None
             if c is not None and table.version() == c.version:

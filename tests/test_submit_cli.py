@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
+from foundation import object_store
 from isrwatch.submit_cli import ROOT, SubmitError, spark_submit_command, split_arguments
 
 
@@ -51,3 +53,28 @@ def test_bad_arguments_are_refused_by_name(argv: list[str], problem: str) -> Non
     with pytest.raises(SubmitError, match=problem.replace("(", r"\(").replace(")", r"\)").replace("[", r"\[")):
         job, spark_args, job_args = split_arguments(argv)
         spark_submit_command(job, spark_args, job_args)
+
+
+def test_a_lakehouse_on_an_object_store_brings_s3a_and_the_stores_endpoint_but_no_secret(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9000")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-on-a-command-line")
+    object_store.use(None)
+    try:
+        cmd = spark_submit_command("validate", [], ["--lakehouse=s3a://lake/isrwatch"], python=sys.executable)
+        jars = cmd[cmd.index("--jars") + 1].split(",")
+        assert any("hadoop-aws-" in j for j in jars) and any("delta-spark" in j for j in jars)
+        conf = _conf(cmd)
+        assert conf["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9000"
+        assert "not-on-a-command-line" not in " ".join(cmd)
+        # The settings file's lakehouse and storage section, when the job names no --lakehouse.
+        config = tmp_path / "pipeline.yaml"
+        config.write_text("lakehouse: s3://lake/other\nstorage:\n  endpoint: http://127.0.0.1:9100\n")
+        cmd = spark_submit_command("alerts", [], ["--config", str(config)], python=sys.executable)
+        assert _conf(cmd)["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:9100"
+        # A local lakehouse: no S3A.
+        cmd = spark_submit_command("validate", [], ["--lakehouse", "/l"], python=sys.executable)
+        assert not any("hadoop-aws" in j for j in cmd[cmd.index("--jars") + 1].split(","))
+        assert "spark.hadoop.fs.s3a.endpoint" not in _conf(cmd)
+    finally:
+        object_store.use(None)
