@@ -122,9 +122,9 @@ RACE = TableDef("gold", "race", pa.schema([pa.field("writer", pa.int64(), False)
 def test_concurrent_writers_of_one_table_lose_no_commit_and_write_none_twice(on_store: S3Proxy) -> None:
     """Each commit is a put that fails when its version exists (If-None-Match); the loser retries on top.
     Three writers (threads of one process) append 8 batches each through `write_once`, as the gold jobs do: on
-    s3proxy delta-rs now and then raises while others commit ("found gap", "LogSegment end version") and may
-    have committed already; the writer tries again and `write_once` skips a batch its app id has recorded.
-    Every batch lands exactly once."""
+    s3proxy delta-rs now and then raises while others commit ("found gap", "LogSegment end version": s3proxy's
+    listing leaves out commit files being written) and may have committed already; the writer tries again and
+    `write_once` skips a batch its app id has recorded. Every batch lands exactly once."""
     lake = on_store.uri("race")
     ensure_table(RACE, lake)
     failures: list[BaseException] = []
