@@ -7,22 +7,19 @@ brokers; then the pipeline runs available-now over what it wrote, and the assert
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
-from confluent_kafka import Producer
 from confluent_kafka.admin import NewTopic
 
 from bench.fidelity import HEARTBEAT_S, within
@@ -41,10 +38,10 @@ from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 from tests.alerts.test_alerts_job import run_in_process
 from tests.collector.kafka_logs import read_log
+from tests.collector.real_cluster import TOPIC, Load, Running, isr_of, wait_for
 from tests.pipeline.test_validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
-TOPIC = "orders"
 TIMEOUT_S = 0.5
 
 
@@ -65,74 +62,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
         kafka.stop()
     assert kafka.running_processes() == [] and kafka.leftover_process_groups() == [], \
         "every JVM the fixture started is gone"
-
-
-class Load:
-    """acks=1 traffic to every partition, so a stalled follower falls behind the leader's log end."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": 5,
-                                  "message.timeout.ms": 5000, "log_level": 0})
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self.stop.is_set():
-            for p in range(6):
-                with contextlib.suppress(BufferError):
-                    self.producer.produce(TOPIC, b"x" * 100, partition=p)
-            self.producer.poll(0.02)
-
-    def __enter__(self) -> Load:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(10)
-        self.producer.flush(5)
-
-
-class Running:
-    """The collector in a thread, with every step's status kept."""
-
-    def __init__(self, collector: Collector, on_step: Callable[[dict[str, Any]], None] | None = None) -> None:
-        self.collector = collector
-        self.on_step = on_step
-        self.steps: list[dict[str, Any]] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        self.collector.run(on_step=self._step, should_stop=self.stopping.is_set)
-
-    def _step(self, status: dict[str, Any]) -> None:
-        self.steps.append({**status, "at": time.monotonic()})
-        if self.on_step is not None:
-            self.on_step(status)
-
-    def __enter__(self) -> Running:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join(30)
-        self.collector.close()
-
-
-def wait_for(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
-def isr_of(cluster: KafkaCluster, topic: str = TOPIC) -> dict[int, list[int]]:
-    md = cluster.admin_client().list_topics(topic, timeout=5)
-    return {p: list(m.isrs) for p, m in md.topics[topic].partitions.items()}
 
 
 @pytest.fixture(scope="module")
