@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity jars kafka-jars s3-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -159,6 +159,11 @@ bench-collect: venv jars kafka-jars
 # About half an hour: it starts a fresh four-JVM cluster for every real run.
 bench-fidelity: venv jars kafka-jars
 	$(PY) bench/fidelity.py --check
+
+# Validate's executor route per micro-batch size (100k to 10M rows), local and on a Spark standalone cluster
+# (spark_cluster_fixture/), then a worker killed mid-batch (docs/cluster.md). Not part of `bench`: about 20 min.
+bench-batch-sizes: venv jars
+	$(PY) bench/batch_sizes.py
 
 clean:
 	rm -rf lakehouse lakehouse-kafka demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache

@@ -70,6 +70,16 @@ class ObjectStore:
         # AWS_SESSION_TOKEN) from the environment, and a setting would put the secret on a command line.
         return confs
 
+    @staticmethod
+    def credential_confs(environ: Mapping[str, str] = os.environ) -> dict[str, str]:
+        """The environment's credentials as S3A settings, for executors on other machines, whose environment
+        is their worker's. Spark sends them to executors over its RPC, not on a command line; its UI and logs
+        redact them (`spark.redaction.regex` matches `secret` and `access.key`). Write them only to a file
+        readable by its owner (`isrwatch submit` does)."""
+        names = {"AWS_ACCESS_KEY_ID": "access.key", "AWS_SECRET_ACCESS_KEY": "secret.key",
+                 "AWS_SESSION_TOKEN": "session.token"}
+        return {f"spark.hadoop.fs.s3a.{key}": environ[name] for name, key in names.items() if environ.get(name)}
+
 
 # The store this process's lakehouse is on. A job sets it from its settings at start-up (`use`); every other
 # process reads the environment. One per process: a process works on one lakehouse.

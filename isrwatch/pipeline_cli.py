@@ -161,8 +161,11 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], A
 
 def main_pipeline(args: argparse.Namespace) -> int:
     from foundation.spark import build_spark_session
+    from jobs import driver_signals
     from jobs.delta_tables import SchemaDriftError
+    from jobs.streaming import stop_between_batches
     from pipelines.alert_rules import AlertConfigError
+    from pipelines.great_expectations_check import import_in_background
     from pipelines.slo_spec import SloConfigError
 
     jobs = [j for j in args.jobs.split(",") if j]
@@ -175,8 +178,11 @@ def main_pipeline(args: argparse.Namespace) -> int:
     except SettingsError as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
+    if "validate" in jobs:
+        import_in_background()
     spark = build_spark_session("isrwatch-pipeline", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
+    driver_signals.install()   # SIGTERM as Ctrl-C: a stop between micro-batches (a second one: at once)
     try:
         running, dispatcher = start_jobs(spark, settings, jobs)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:
@@ -186,8 +192,12 @@ def main_pipeline(args: argparse.Namespace) -> int:
           file=sys.stderr)
     started = time.monotonic()
     outcome = _watch(running, args, started)
-    for job in running:
-        job.query.stop()  # an interrupted batch is replayed on restart; its writes are idempotent
+    try:
+        for job in running:
+            stop_between_batches(job.query)  # a batch cut short is replayed on restart; its writes are idempotent
+    except KeyboardInterrupt:  # a second signal: at once
+        for job in running:
+            job.query.stop()
     if dispatcher is not None:
         dispatcher.wait_idle(30)
         dispatcher.stop()
@@ -207,8 +217,13 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
     paths = sorted({p for j in running for p in j.paths})
     versions: dict[str, int | None] = {}
     changed_at = started
+    from jobs.driver_signals import stop_requested
+
     try:
         while any(j.query.isActive for j in running):
+            if stop_requested.is_set():
+                print("isrwatch pipeline: stopping (signal)", file=sys.stderr)
+                return "stopped (signal)"
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 return "stopped after --duration"
             if args.stop_when_idle is not None:

@@ -10,8 +10,8 @@ Spark's S3A connector (jvm/s3) and the store's endpoint and credentials (foundat
 Stopping: spark-submit runs the Python driver as a child of its JVM, and a signal to the JVM ends Spark under the
 driver (its query stops mid-batch). So the driver writes its process id to the file named by
 ISRWATCH_DRIVER_PIDFILE (jobs/driver_signals.py), and SIGTERM or SIGINT to `isrwatch submit` is handed to the
-driver as SIGINT: it stops its query between micro-batches, its checkpoint stays consistent, and spark-submit
-exits after it (status 130). Before the driver has started, the signal ends spark-submit itself.
+driver as SIGINT: it lets the running micro-batch finish and stops its query, its checkpoint stays consistent,
+and spark-submit exits after it (status 130). Before the driver has started, the signal ends spark-submit itself.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
@@ -117,17 +117,34 @@ def lakehouse_of(job_args: list[str]) -> str:
     return given if given is not None else load_settings(_option(job_args, "--config")).lakehouse
 
 
+def write_credentials(folder: Path, environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The object store's credentials from the environment as a Spark properties file only its owner can read
+    (None: no credentials in the environment). Executors on a worker do not share the driver's environment."""
+    from foundation.object_store import ObjectStore
+
+    confs = ObjectStore.credential_confs(environ)
+    if not confs:
+        return None
+    path = folder / "credentials.properties"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        out.writelines(f"{key} {value}\n" for key, value in confs.items())
+    return path
+
+
 def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *,
-                         python: str = sys.executable) -> list[str]:
+                         python: str = sys.executable, credentials: Path | None = None) -> list[str]:
     """The spark-submit command line: the user's options, with Delta's jars and settings and the venv's Python
-    added where the user did not set them (and S3A's, for a lakehouse on an object store)."""
+    added where the user did not set them (and S3A's, for a lakehouse on an object store, with the
+    `credentials` file as extra properties: the secret is never on a command line)."""
     from foundation import object_store
     from foundation.spark import delta_jars, s3_jars
 
     pairs, conf, user_jars = _options(spark_args)
     store_jars: list[str] = []
     store_conf: dict[str, str] = {}
-    if object_store.is_object_store(lakehouse_of(job_args)):
+    on_store = object_store.is_object_store(lakehouse_of(job_args))
+    if on_store:
         store_jars, store_conf = s3_jars(), object_store.current().spark_confs()
     settings = {**DELTA_CONF, **store_conf, "spark.pyspark.python": python, "spark.pyspark.driver.python": python,
                 **conf}
@@ -140,19 +157,22 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
     if "--driver-java-options" not in named and "--verbose" not in job_args:
         cmd += ["--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}"]
     cmd += ["--jars", ",".join([*delta_jars(), *store_jars, *user_jars])]
+    if on_store and credentials is not None:
+        # Loaded beside the user's --properties-file (or spark-defaults.conf), not instead of it.
+        cmd += ["--extra-properties-file", str(credentials)]
     for key, value in settings.items():
         cmd += ["--conf", f"{key}={value}"]
     return [*cmd, str(ROOT / "jobs" / f"{job}.py"), *job_args]
 
 
 def main_submit(args: argparse.Namespace) -> int:
-    try:
-        job, spark_args, job_args = split_arguments(args.rest)
-        cmd = spark_submit_command(job, spark_args, job_args)
-    except SubmitError as e:
-        print(f"isrwatch submit: {e}", file=sys.stderr)
-        return 2
     with tempfile.TemporaryDirectory(prefix="isrwatch-submit-") as tmp:
+        try:
+            job, spark_args, job_args = split_arguments(args.rest)
+            cmd = spark_submit_command(job, spark_args, job_args, credentials=write_credentials(Path(tmp)))
+        except SubmitError as e:
+            print(f"isrwatch submit: {e}", file=sys.stderr)
+            return 2
         pidfile = Path(tmp) / "driver.pid"
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "ISRWATCH_DRIVER_PIDFILE": str(pidfile)}
         print(f"isrwatch submit: {job}: {' '.join(cmd[:1] + spark_args)} …", file=sys.stderr)

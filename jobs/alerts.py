@@ -40,9 +40,11 @@ from jobs import driver_signals
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
+    await_query,
     die_here_if_asked,
     load_job_settings,
     start_query,
+    stop_between_batches,
     union_stream,
     wait_started,
 )
@@ -185,7 +187,7 @@ class RunningAlerts:
     dispatcher: WebhookDispatcher | None
 
     def stop(self) -> None:
-        self.query.stop()
+        stop_between_batches(self.query)
         if self.dispatcher is not None:
             self.dispatcher.stop()
 
@@ -199,7 +201,7 @@ def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertC
     paths = {t: SOURCE_TABLES[(layer, t)].path(lake) for layer, t in used}
     # validate creates the silver tables: wait for them as validate waits for bronze. The gold sources
     # (posture, slo) are created empty if their jobs have not run yet: those rules then stay silent.
-    wait_for_tables(spark, {f"silver.{t}": paths[t] for layer, t in used if layer == "silver"},
+    wait_for_tables({f"silver.{t}": paths[t] for layer, t in used if layer == "silver"},
                     a.wait_for_tables_seconds, log)
     for layer, t in used:
         if layer == "gold":
@@ -242,9 +244,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (SettingsError, AlertConfigError) as e:
         print(f"alerts: {e}", file=sys.stderr)
         return 2
-    driver_signals.install()
     spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
+    driver_signals.install()
     try:
         running = start_alerts(spark, settings, config)
     except FileNotFoundError as e:
@@ -252,10 +254,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     print(f"alerts: {len(config.rules)} rules, {len(config.receivers)} receiver(s), "
           f"trigger {settings.alerts.trigger}", file=sys.stderr)
-    try:
-        running.query.awaitTermination()
-    except KeyboardInterrupt:
-        running.stop()
+    if await_query(running.query, running.stop):
         print("alerts: stopped; a restart resumes where this left off", file=sys.stderr)
         return 130
     if running.dispatcher is not None:

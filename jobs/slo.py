@@ -142,7 +142,7 @@ def start_slo(spark: SparkSession, settings: PipelineSettings, slos: tuple[Slo, 
     slos = slos or load_slos(job.specs)
     sources = sorted({s.source for s in slos})
     paths = {t: SILVER_TABLES[t].path(lake) for t in sources}
-    wait_for_tables(spark, {f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables_seconds, log)
+    wait_for_tables({f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables_seconds, log)
     for td in (SLO_TIMESLICES, SLO_STATUS):
         ensure_table(td, lake)
     stream = union_stream(spark, {t: (paths[t], stream_columns(t)) for t in sources}, job.max_files_per_trigger)

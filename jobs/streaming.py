@@ -99,9 +99,9 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
     except errors as e:
         print(f"{job}: {e}", file=sys.stderr)
         return 2
-    driver_signals.install()
     spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose,
                                 lakehouse=settings.lakehouse)
+    driver_signals.install()
     try:
         query, evaluator = start(spark, settings, extra)
     except FileNotFoundError as e:
@@ -113,10 +113,7 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
 
 def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> int:
     """Wait for the query (available-now ends by itself; Ctrl-C stops a live one); print the outcome."""
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
+    if await_query(query):
         print(f"{name}: stopped; a restart resumes where this left off", file=sys.stderr)
         return 130
     error = query.exception()
@@ -125,6 +122,42 @@ def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> i
     print(f"{name}: {summary()}", file=sys.stderr)
     return 1 if error is not None else 0
 
+
+
+def await_query(query: StreamingQuery, stop: Callable[[], None] | None = None) -> bool:
+    """Wait for `query` to end, or for a stop signal (jobs/driver_signals.py), then stop it between micro-batches
+    (`stop`, default `stop_between_batches`); True when stopped by a signal."""
+    try:
+        while not query.awaitTermination(1):
+            if driver_signals.stop_requested.is_set():
+                (stop or (lambda: stop_between_batches(query)))()
+                return True
+    except KeyboardInterrupt:  # a second signal: at once
+        query.stop()
+        return True
+    return False
+
+
+def stop_between_batches(query: StreamingQuery, timeout_s: float = 300.0) -> None:
+    """Stop `query` once the micro-batch it is running, if any, has finished (up to `timeout_s`; a second
+    interrupt stops it at once). A batch stopped midway is replayed at the next start, its writes skipped
+    where they were committed (exactly once either way); letting it finish saves the replay. A query behind
+    starts its next batch at once: stopping it within a poll of that start interrupts it before it writes."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        if query.isActive and query.status["isTriggerActive"]:
+            running_after = _last_batch(query)
+            while query.isActive and _last_batch(query) == running_after and time.monotonic() < deadline:
+                time.sleep(0.02)
+    except KeyboardInterrupt:
+        pass
+    query.stop()
+
+
+def _last_batch(query: StreamingQuery) -> int | None:
+    """The id of the query's last completed micro-batch (None before the first)."""
+    progress = query.lastProgress
+    return None if progress is None else int(progress["batchId"])
 
 
 def wait_started(evaluator: Started, job: str) -> None:

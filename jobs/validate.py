@@ -30,24 +30,25 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.batch_appender import BatchAppender
+from foundation.object_store import storage_options
 from foundation.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
 from jobs import driver_signals
 from jobs.delta_tables import (
     SchemaDriftError,
     check_schema,
-    create_table_if_missing,
+    create_sinks_if_missing,
     is_delta_table,
     wait_for_tables,
 )
-from jobs.streaming import die_here_if_asked, wait_started
+from jobs.streaming import await_query, die_here_if_asked, wait_started
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
     DriverContext,
@@ -61,12 +62,10 @@ from pipelines.context import (
     STATE_VALUES,
     LastCounts,
     LastStates,
-    newest_meter_counts,
-    newest_partition_states,
 )
 from pipelines.driver_context import RunWindows, TopicPartitions
 from pipelines.driver_invariants import BrokerRegistry
-from pipelines.great_expectations_check import SuiteValidator
+from pipelines.great_expectations_check import SuiteValidator, arrow_to_ge_frame, import_in_background
 from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
@@ -215,35 +214,33 @@ class UnionValidator:
             self._maintain()
 
     def _reference_loader(self, td: TableDef, cols: tuple[str, ...]) -> Callable[[Sequence[str]], pa.Table]:
-        """Rows of a bronze reference table for some runs, read on a driver cache miss (one Spark job)."""
+        """Rows of a bronze reference table for some runs, read on a driver cache miss (by delta-rs: no Spark
+        job on the live path)."""
         def load(run_ids: Sequence[str]) -> pa.Table:
-            path = td.path(self.settings.lakehouse)
-            if not is_delta_table(self.spark, path):
-                return pa.table({c: pa.array([], td.arrow_schema.field(c).type) for c in cols})
-            return (self.spark.read.format("delta").load(path).where(F.col("run_id").isin(list(run_ids)))
-                    .select(*cols).toArrow())
+            return _driver_read(td.path(self.settings.lakehouse), list(cols), pc.field("run_id").isin(list(run_ids)),
+                                pa.schema([td.arrow_schema.field(c) for c in cols]))
         return load
 
-    def _silver_counts_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
-        silver_path = SILVER_TABLES[td.name].path(self.settings.lakehouse)
-        if not is_delta_table(self.spark, silver_path):
-            return pd.DataFrame(columns=[*METER_KEY, "ts", "count"])
+    def _silver_before(self, td: TableDef, cols: list[str], run_ids: list[str], min_ts_us: int) -> pa.Table:
+        """Silver rows of `run_ids` within the look-back before `min_ts_us` (the first batch after a start)."""
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
-        since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
-        rows = (self.spark.read.format("delta").load(silver_path)  # ts compared directly: file skipping
-                .where(F.col("run_id").isin(run_ids) & (F.col("ts") >= since) & (F.col("ts") < before)))
-        return newest_meter_counts(rows).toPandas()
+        silver = SILVER_TABLES[td.name]
+        ts = pa.timestamp("us", tz="UTC")
+        window = (pc.field("run_id").isin(run_ids) & (pc.field("ts") >= pa.scalar(min_ts_us - lookback_us, ts))
+                  & (pc.field("ts") < pa.scalar(min_ts_us, ts)))
+        return _driver_read(silver.path(self.settings.lakehouse), cols, window,
+                            pa.schema([silver.arrow_schema.field(c) for c in cols]))
+
+    def _silver_counts_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
+        """The silver meter rows before the batch within the look-back (`LastCounts.fold` keeps the newest)."""
+        rows = self._silver_before(td, [*METER_KEY, "ts", "kind", "count"], run_ids, min_ts_us)
+        meters = rows.filter(pc.and_(pc.equal(rows.column("kind"), "meter"), pc.is_valid(rows.column("count"))))
+        return arrow_to_ge_frame(meters.select([*METER_KEY, "ts", "count"]))
 
     def _silver_states_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
-        """The newest silver snapshot per partition before the batch, within the look-back."""
-        silver_path = SILVER_TABLES[td.name].path(self.settings.lakehouse)
-        if not is_delta_table(self.spark, silver_path):
-            return pd.DataFrame(columns=[*PARTITION_KEY, "ts", *STATE_VALUES])
-        lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
-        since, before = (F.timestamp_micros(F.lit(us)) for us in (min_ts_us - lookback_us, min_ts_us))
-        rows = (self.spark.read.format("delta").load(silver_path)
-                .where(F.col("run_id").isin(run_ids) & (F.col("ts") >= since) & (F.col("ts") < before)))
-        return newest_partition_states(rows).toPandas()
+        """The silver partition snapshots before the batch within the look-back (`LastStates.fold` keeps the
+        newest per partition)."""
+        return arrow_to_ge_frame(self._silver_before(td, [*PARTITION_KEY, "ts", *STATE_VALUES], run_ids, min_ts_us))
 
     def _maintain(self) -> None:
         from delta.tables import DeltaTable
@@ -251,10 +248,19 @@ class UnionValidator:
         hours = self.settings.validate_.vacuum_retention_hours
         for td in (DQ_RUNS, *(t[x.name] for x in self.tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
             path = td.path(self.settings.lakehouse)
-            if is_delta_table(self.spark, path):
+            if is_delta_table(path):
                 table = DeltaTable.forPath(self.spark, path)
                 table.optimize().executeCompaction()
                 table.vacuum(hours)
+
+
+def _driver_read(path: str, columns: list[str], where: pc.Expression, schema: pa.Schema) -> pa.Table:
+    """`columns` of the rows of the Delta table at `path` matching `where`, read on the driver by delta-rs
+    (files skipped by their statistics); an empty table of `schema` when the table does not exist yet."""
+    if not is_delta_table(path):
+        return schema.empty_table()
+    table = DeltaTable(path, storage_options=storage_options(path))
+    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where).cast(schema)
 
 
 def _max_micros(column: pa.ChunkedArray) -> int:
@@ -300,15 +306,15 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     # Reference tables first (a stable sort keeps the configured order otherwise).
     configured = [BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)]
     tables = sorted(configured, key=lambda td: td.name not in REFERENCE_TABLES)
-    wait_for_tables(spark, {td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
+    wait_for_tables({td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
     refs = {td.name: td for td in tables}
     for td in tables:
         refs.update({ref.name: ref for ref in (RUNS, TOPIC_CONFIGS) if ref.name in _context_tables(td)})
     for td in refs.values():  # every table a query reads must match its definition, before anything starts
-        if is_delta_table(spark, td.path(settings.lakehouse)):
-            check_schema(spark, td, td.path(settings.lakehouse))
-    for td in (DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
-        create_table_if_missing(spark, td, td.path(settings.lakehouse))
+        if is_delta_table(td.path(settings.lakehouse)):
+            check_schema(td, td.path(settings.lakehouse))
+    create_sinks_if_missing((DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))),
+                            settings.lakehouse)
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/validate/union"
     starting = continue_from_per_table_checkpoints(spark, settings.checkpoint_root, checkpoint,
                                                    [td.name for td in tables], log)
@@ -372,9 +378,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as e:
         print(f"validate: {e}", file=sys.stderr)
         return 2
-    driver_signals.install()
+    import_in_background()
     spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
+    driver_signals.install()
     try:
         running = start_validation(spark, settings)
     except (SchemaDriftError, FileNotFoundError) as e:
@@ -384,10 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = ", ".join(td.name for td in running.validator.tables)
     print(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}",
           file=sys.stderr)
-    try:
-        running.query.awaitTermination()
-    except KeyboardInterrupt:
-        running.query.stop()
+    if await_query(running.query):
         print("validate: stopped; checkpoints are consistent, a restart resumes", file=sys.stderr)
         return 130
     failed = running.query.exception() is not None

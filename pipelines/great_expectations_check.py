@@ -9,6 +9,7 @@ seconds per batch), and `spark` validates where the data is (for batches too lar
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from dataclasses import dataclass
@@ -43,6 +44,14 @@ class GeOutcome:
     successful: int
     unexpected: dict[str, int]  # expectation label -> unexpected rows (only labels with some)
     engine: str  # the GE execution engine that validated the batch
+
+
+def import_in_background() -> None:
+    """Start importing Great Expectations (~5 s of Python) on a thread, so a job overlaps it with the JVM's
+    start-up; `SuiteValidator` then waits for that import (Python's import lock) instead of doing it."""
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    threading.Thread(target=importlib.import_module, args=("great_expectations",), name="import-great-expectations",
+                     daemon=True).start()
 
 
 class SuiteValidator:

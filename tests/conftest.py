@@ -46,6 +46,7 @@ HEAVIEST_FIRST = (
     "silver_lake",
     "tests/pipeline/test_validate.py",
     "tests/pipeline/test_exactly_once.py",
+    "tests/test_object_store.py",
     "tests/collector/test_collect_real_kafka.py",
     "tests/test_pipeline_cli.py",
     "tests/alerts/test_isr_thrash_end_to_end.py",

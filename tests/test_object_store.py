@@ -6,7 +6,9 @@ environment; the validate job, a Spark application, reads and writes the same `s
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -27,14 +29,16 @@ from foundation.delta_io import AppVersions, ensure_table, read_rows
 from foundation.object_store import ObjectStore, storage_options
 from foundation.settings import SettingsError, load_settings
 from isrwatch.cli import main
+from jobs.alerts import start_alerts
 from lakehouse_read.reader import LakehouseReader
 from object_store_fixture import S3Proxy
-from schemas.bronze import BRONZE_TABLES, RUNS
-from schemas.gold import ALERT_EVENTS
-from schemas.gold_durability import POSTURE, SLO_STATUS
-from schemas.silver import SILVER_TABLES
+from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
+from schemas.gold import ALERT_EVENTS, ALERTS
+from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
+from spark_cluster_fixture import StandaloneCluster, master_command, worker_command
 from tests.lakes import LOSE_TWO
+from tests.pipeline.test_validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN_ID = "lose-two-s3"
@@ -150,29 +154,110 @@ def test_concurrent_writers_of_one_table_lose_no_commit_and_write_none_twice(on_
     assert got == [(w, n) for w in range(3) for n in range(8)], failures
 
 
+# Columns that name a micro-batch or a wall time: they differ between any two runs of a job.
+RUN_COLUMNS = {"ingested_at", "quarantined_at", "validate_batch_id", "event_id", "eval_batch_id", "seq",
+               "evaluated_at", "updated_batch_id"}
+
+
+def _table_rows(td: TableDef, lake: str) -> list[tuple[str, ...]]:
+    names = [n for n in td.arrow_schema.names if n not in RUN_COLUMNS]
+    return sorted(tuple(str(r[c]) for c in names) for r in read_rows(td, lake).to_pylist())
+
+
+def _tasks_per_executor(event_logs: Path) -> dict[str, dict[str, int]]:
+    """Per application, how many tasks each executor ran: from Spark's own event log (a folder of rolled files
+    per application)."""
+    ran: dict[str, dict[str, int]] = {}
+    for app in sorted(event_logs.iterdir()):
+        counts: dict[str, int] = {}
+        name = app.name
+        lines = [line for log in sorted(app.glob("events_*")) for line in log.read_text().splitlines()]
+        for line in lines:
+            event = json.loads(line)
+            if event["Event"] == "SparkListenerApplicationStart":
+                name = event["App Name"]
+            elif event["Event"] == "SparkListenerTaskEnd":
+                executor = event["Task Info"]["Executor ID"]
+                counts[executor] = counts.get(executor, 0) + 1
+        ran[name] = counts
+    return ran
+
+
+CLUSTER_DOC = (ROOT / "docs" / "cluster.md").read_text()
+C1 = "-XX:TieredStopAtLevel=1"
+JOB_OPTIONS = {"validate": ["--wait-for-tables", "0"], "alerts": ["--no-webhooks"]}
+
+
+def _submit_options(job: str, master: str, lake: str, *spark_options: str) -> list[str]:
+    """`isrwatch submit`'s arguments for a job on a cluster, as docs/cluster.md gives them (plus the test's
+    own `spark_options`)."""
+    return [job, "--master", master, "--executor-memory", "512m", *spark_options, "--",
+            "--lakehouse", lake, "--trigger", "available-now", *JOB_OPTIONS[job]]
+
+
+def test_docs_cluster_shows_the_commands_the_cluster_test_runs() -> None:
+    """Every command in docs/cluster.md is one the test below runs, with the doc's addresses."""
+    master = "spark://127.0.0.1:7077"
+    shown = [[".venv/bin/spark-class", *master_command(7077, 8080)[1:]],
+             [".venv/bin/spark-class", *worker_command(master, 1, "1g", Path("/var/lib/spark-work"), 8081)[1:]],
+             *([".venv/bin/isrwatch", "submit", *_submit_options(job, master, "s3a://lake/isrwatch")]
+               for job in JOB_OPTIONS)]
+    for cmd in shown:
+        assert f"\n{' '.join(cmd)}\n" in CLUSTER_DOC, " ".join(cmd)
+
+
 @pytest.mark.spark
-def test_the_pipeline_reads_and_writes_the_store_validate_through_s3a_and_gold_through_delta_rs(
-        on_store: S3Proxy, local_lake: str) -> None:
-    """`isrwatch pipeline run` (validate, posture, slo, alerts) over bronze the emulator wrote to the store:
-    Spark with S3A (jvm/s3) turns it into silver there, every row once, its checkpoints beside it; the gold
-    jobs read silver through S3A and write gold with delta-rs, conditional puts and all."""
-    lake = on_store.uri("pipeline")
+def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_equal_a_local_run(
+        spark: Any, on_store: S3Proxy, local_lake: str, tmp_path: Path) -> None:
+    """docs/cluster.md end to end: a standalone master and a worker (Spark's own classes), `isrwatch submit
+    --master spark://…` of validate and then alerts over bronze the emulator wrote to the store. The worker's
+    executors read the store through S3A with the credentials `isrwatch submit` gave them in a 0600 properties
+    file (the workers' own environment has none); the driver writes silver and gold with delta-rs. Silver,
+    quarantine and the alert tables equal those of a local run of the same jobs over the same bronze in which
+    validate took the executor route (Spark jobs check, route and write each table), and Spark's event logs
+    show the cluster's tasks ran on the worker's executor, none on the driver."""
+    lake = on_store.uri("cluster")
     Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
-    done = subprocess.run(
-        [sys.executable, "-m", "isrwatch.cli", "pipeline", "run", "--lakehouse", lake, "--trigger", "available-now",
-         "--no-webhooks", "--status-every", "600", "--conf", "spark.sql.shuffle.partitions=2"],
-        cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
-        timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "isrwatch pipeline: 4 queries (validate, posture, slo, alerts)" in done.stderr, done.stderr[-3000:]
-    for bronze in BRONZE_TABLES:
-        names = bronze.arrow_schema.names
-        got = sorted(tuple(str(r[c]) for c in names) for r in read_rows(SILVER_TABLES[bronze.name], lake).to_pylist())
-        assert got == sorted(tuple(str(r[c]) for c in names) for r in read_rows(bronze, local_lake).to_pylist()), (
-            bronze.name)
-    assert (on_store.folder / "data" / "lake" / "pipeline" / "_checkpoints").is_dir()
-    assert [r["topic"] for r in read_rows(POSTURE, lake).to_pylist()] == ["orders"]
-    assert read_rows(SLO_STATUS, lake).num_rows > 0
+    events = tmp_path / "event-logs"
+    events.mkdir()
+    submit = [sys.executable, "-m", "isrwatch.cli", "submit"]
+    # C1 only: these JVMs live a minute, and C2's compilations cost them more than they return.
+    spark_options = ["--conf", "spark.sql.shuffle.partitions=2", "--conf", f"spark.driver.defaultJavaOptions={C1}",
+                     "--conf", f"spark.executor.defaultJavaOptions={C1}",
+                     "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{events}",
+                     "--conf", "spark.eventLog.compress=false"]
+    with StandaloneCluster(tmp_path / "cluster") as cluster:
+        assert not any(k.startswith("AWS_") for k in cluster.environment), "the workers must not hold credentials"
+        for job in JOB_OPTIONS:
+            done = subprocess.run(
+                [*submit, *_submit_options(job, cluster.master_url, lake, *spark_options)], cwd=ROOT,
+                env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
+                timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+        apps = [a["name"] for a in cluster.status()["completedapps"]]
+    assert sorted(apps) == ["isrwatch-alerts", "isrwatch-validate"]
+    ran = _tasks_per_executor(events)
+    assert set(ran) == {"isrwatch-alerts", "isrwatch-validate"}
+    for app, counts in ran.items():
+        assert counts and "driver" not in counts and sum(counts.values()) > 0, (app, counts)
+    assert (on_store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
+
+    # The same jobs, locally (this session's Spark), over the same bronze, and validate on the other route: a
+    # micro-batch above `ge_pandas_max_rows` is checked, routed and written by Spark jobs (the executor route).
+    local = str(tmp_path / "local")
+    shutil.copytree(local_lake, local)
+    validate(spark, local, tuple(td.name for td in BRONZE_TABLES), **{"validate.ge_pandas_max_rows": 1})
+    assert {d["ge_engine"] for d in read_rows(DQ_RUNS, lake).to_pylist()} == {"pandas"}
+    assert {d["ge_engine"] for d in read_rows(DQ_RUNS, local).to_pylist()} == {"spark"}
+    settings = load_settings(overrides={"lakehouse": local, "alerts.trigger": "available-now",
+                                        "alerts.webhooks": False, "alerts.wait_for_tables_seconds": 0})
+    alerts = start_alerts(spark, settings, log=lambda _: None)
+    alerts.query.awaitTermination()
+    assert alerts.query.exception() is None, alerts.query.exception()
+    compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), ALERT_EVENTS, ALERTS]
+    for td in compared:
+        assert _table_rows(td, lake) == _table_rows(td, local), td.qualified_name
+    assert len(_table_rows(SILVER_TABLES["broker_metrics"], lake)) == len(read_rows(BROKER_METRICS, local))
     # Broker 2 down 30 s, then broker 3 for 8 s: its partitions at min ISR, then below it.
     fired = {e["rule"] for e in read_rows(ALERT_EVENTS, lake).to_pylist() if e["status"] == "firing"}
     assert {"AtMinIsr", "UnderMinIsr"} <= fired, fired

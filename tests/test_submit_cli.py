@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import stat
 import sys
 from pathlib import Path
 
 import pytest
 
 from foundation import object_store
-from isrwatch.submit_cli import ROOT, SubmitError, spark_submit_command, split_arguments
+from isrwatch.submit_cli import ROOT, SubmitError, spark_submit_command, split_arguments, write_credentials
 
 
 def _conf(cmd: list[str]) -> dict[str, str]:
@@ -76,5 +77,25 @@ def test_a_lakehouse_on_an_object_store_brings_s3a_and_the_stores_endpoint_but_n
         cmd = spark_submit_command("validate", [], ["--lakehouse", "/l"], python=sys.executable)
         assert not any("hadoop-aws" in j for j in cmd[cmd.index("--jars") + 1].split(","))
         assert "spark.hadoop.fs.s3a.endpoint" not in _conf(cmd)
+        assert "--extra-properties-file" not in cmd
+    finally:
+        object_store.use(None)
+
+
+def test_executors_get_the_stores_credentials_from_a_file_only_its_owner_reads(tmp_path: Path) -> None:
+    env = {"AWS_ACCESS_KEY_ID": "the-key", "AWS_SECRET_ACCESS_KEY": "the-secret", "AWS_REGION": "x-1"}
+    written = write_credentials(tmp_path, env)
+    assert written is not None and stat.S_IMODE(written.stat().st_mode) == 0o600
+    assert written.read_text().splitlines() == ["spark.hadoop.fs.s3a.access.key the-key",
+                                                "spark.hadoop.fs.s3a.secret.key the-secret"]
+    assert write_credentials(tmp_path / "none", {"AWS_REGION": "x-1"}) is None
+    object_store.use(None)
+    try:
+        cmd = spark_submit_command("validate", ["--properties-file", "/etc/spark/mine.conf"],
+                                   ["--lakehouse", "s3a://lake/isrwatch"], python=sys.executable, credentials=written)
+        # Beside the user's own properties file, which still applies.
+        assert cmd[cmd.index("--extra-properties-file") + 1] == str(written)
+        assert cmd[cmd.index("--properties-file") + 1] == "/etc/spark/mine.conf"
+        assert "the-secret" not in " ".join(cmd)
     finally:
         object_store.use(None)

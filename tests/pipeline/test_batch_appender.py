@@ -8,7 +8,13 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from foundation.batch_appender import BatchAppender, last_marked_batch, marker, on_local_file_system
+from foundation.batch_appender import (
+    BatchAppender,
+    delta_rs_writes,
+    last_marked_batch,
+    marker,
+    on_local_file_system,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -60,11 +66,13 @@ def test_driver_appends_carry_the_same_markers_as_spark_appends(spark: Any, tmp_
     assert markers[:3] == ["validate/q1#batch=2", "validate/q1#batch=1", "validate/q1#batch=0"]
 
 
-def test_rows_on_the_driver_go_through_spark_off_the_local_file_system(spark: Any, tmp_path: Any) -> None:
+def test_rows_on_the_driver_go_through_spark_where_delta_rs_does_not_write(spark: Any, tmp_path: Any) -> None:
     assert on_local_file_system("/srv/lakehouse/silver/runs") and on_local_file_system("file:///srv/x")
     assert on_local_file_system("file:/srv/x") and on_local_file_system("lakehouse/silver/runs")
     assert not on_local_file_system("s3a://bucket/lake/silver/runs")
-    assert not on_local_file_system("hdfs://nn:8020/lake") and not on_local_file_system("abfss://c@a.dfs/lake")
+    assert delta_rs_writes("s3a://bucket/lake/silver/runs") and delta_rs_writes("s3://bucket/lake")
+    assert delta_rs_writes("file:/srv/x") and delta_rs_writes("lakehouse/silver/runs")
+    assert not delta_rs_writes("hdfs://nn:8020/lake") and not delta_rs_writes("abfss://c@a.dfs/lake")
     path = str(tmp_path / "t")
     remote_like = BatchAppender(spark, "validate/q1", driver_writes=False)
     rows = pa.table({"id": pa.array([7, 8], pa.int64()), "at": pa.array([0, 1], pa.timestamp("us", tz="UTC"))})

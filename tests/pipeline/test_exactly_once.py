@@ -57,9 +57,13 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
+# These driver JVMs live a minute: C1 alone compiles what they run sooner than C1 and C2 (~15 % less time here).
+C1 = "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1"
+
+
 def _validate_cmd(lake: Path, *extra: str) -> list[str]:
     return [sys.executable, str(JOB), "--lakehouse", str(lake), "--tables", "broker_metrics",
-            "--conf", "spark.sql.shuffle.partitions=2",
+            "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
             "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0", *extra]
 
 
@@ -185,6 +189,7 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
     shutil.copytree(bronze_template, lake)
     isrwatch = Path(sys.executable).parent / "isrwatch"
     cmd = [str(isrwatch), "submit", "validate", "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", C1,
            "--", "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "live",
            "--max-files-per-trigger", "1", "--wait-for-tables", "0"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
@@ -214,7 +219,7 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
            "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
            "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
            "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-           "--conf", "spark.sql.shuffle.partitions=2",
+           "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
            str(JOB), "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "available-now",
            "--wait-for-tables", "0"]
     done = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)

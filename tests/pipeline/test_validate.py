@@ -122,6 +122,9 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_rest_reaches_silver(spark
     assert sum(f["unexpected_count"] for f in failed) == sum(len(v) for v in expected_reasons.values())
 
 
+# A slow test (make test-all): in make test the executor route is taken by test_kafka_invariants…[spark] and, over
+# every table, by the standalone-cluster test in tests/test_object_store.py (silver and gold equal to the driver's).
+@pytest.mark.slow
 def test_batches_over_the_pandas_limit_get_the_same_verdict_from_ge_spark_engine(spark: Any, lakehouse: str) -> None:
     emulate(lakehouse, duration="6s", faults=[])
     gauge = next(r for r in rows(BROKER_METRICS, lakehouse) if r["name"] == "UnderReplicatedPartitions")

@@ -1,0 +1,233 @@
+"""Validate's executor route: throughput and driver peak memory per micro-batch size, local and on a cluster.
+
+    .venv/bin/python bench/batch_sizes.py [--sizes 100000,1000000,10000000] [--where local,cluster]
+
+For each size, a bronze lakehouse whose broker_metrics holds that many rows (copies of one emulator run under
+distinct run ids, so every row is unique) is validated as ONE micro-batch by `isrwatch submit validate` with
+`--ge-engine spark` (the route a catch-up batch above `ge_pandas_max_rows` takes): context, expectations,
+routing, Great Expectations and the silver writes as Spark jobs. Printed per size:
+- rows/s: the batch's rows over its duration as validate records it in silver.dq_runs;
+- the pass-through floor: the same Delta table copied to another by a streaming query with nothing else
+  done (same master, same session settings), and validate / floor;
+- peak RSS (VmHWM) of the driver's JVM and of its Python process. With `local[2]` the driver's JVM also
+  runs the tasks; on the standalone cluster (one worker, 2 cores) they run in the worker's executor.
+Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake import DeltaTable
+
+from foundation.delta_checksum import write_with_checksum
+from schemas.bronze import BROKER_METRICS, RUNS
+from schemas.silver import DQ_RUNS, SILVER_TABLES
+from spark_cluster_fixture import StandaloneCluster
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"
+CHUNK_ROWS = 1_000_000  # rows per bronze commit: large commits, as a catch-up after an outage reads them
+DRIVER_MEMORY = "2g"
+EXECUTOR_MEMORY = "4g"
+
+
+def seed(base: Path) -> tuple[pa.Table, pa.Table]:
+    lake = base / "seed"
+    subprocess.run([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario", str(SCENARIO), "--lakehouse",
+                    str(lake), "--quiet"], cwd=ROOT, check=True)
+    return (DeltaTable(BROKER_METRICS.path(str(lake))).to_pyarrow_table(),
+            DeltaTable(RUNS.path(str(lake))).to_pyarrow_table())
+
+
+def _renamed(table: pa.Table, copy: int) -> pa.Table:
+    index = table.schema.get_field_index("run_id")
+    return table.set_column(index, "run_id",
+                            pc.binary_join_element_wise(table["run_id"], pa.scalar(f"-copy{copy}"), ""))
+
+
+def bronze(lake: Path, rows: int, metrics: pa.Table, runs: pa.Table) -> int:
+    """broker_metrics with `rows` rows (whole copies, in commits of about CHUNK_ROWS), and the copies' runs."""
+    copies = max(1, round(rows / metrics.num_rows))
+    per_commit = max(1, CHUNK_ROWS // metrics.num_rows)
+    for first in range(0, copies, per_commit):
+        batch = range(first, min(copies, first + per_commit))
+        write_with_checksum(BROKER_METRICS.path(str(lake)),
+                            pa.concat_tables([_renamed(metrics, i) for i in batch]).cast(BROKER_METRICS.landing_schema),
+                            mode="append")
+        write_with_checksum(RUNS.path(str(lake)),
+                            pa.concat_tables([_renamed(runs, i) for i in batch]).cast(RUNS.landing_schema),
+                            mode="append")
+    return copies * metrics.num_rows
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return found
+
+
+def _peak_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+@dataclass
+class PeakRss:
+    """Samples the peak RSS of the spark-submit JVM (the driver's JVM) and of the Python driver it starts."""
+
+    submit_pid: int
+    jvm_kib: int = 0
+    python_kib: int = 0
+
+    def __post_init__(self) -> None:
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.done.is_set():
+            for jvm in _children(self.submit_pid):
+                self.jvm_kib = max(self.jvm_kib, _peak_kib(jvm) or 0)
+                for python in _children(jvm):
+                    self.python_kib = max(self.python_kib, _peak_kib(python) or 0)
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join()
+
+
+def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY) -> tuple[int, float, PeakRss]:
+    """`isrwatch submit validate` over `lake` as one micro-batch on the executor route: (rows, seconds, RSS)."""
+    cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "validate", "--master", master,
+           "--driver-memory", DRIVER_MEMORY, "--executor-memory", executor_memory,
+           "--conf", "spark.sql.shuffle.partitions=4", "--",
+           "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
+           "--ge-engine", "spark", "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    rss = PeakRss(proc.pid)
+    _, err = proc.communicate()
+    rss.stop()
+    if proc.returncode != 0:
+        raise RuntimeError(f"validate failed ({proc.returncode}): {err[-3000:]}")
+    dq = DeltaTable(DQ_RUNS.path(str(lake))).to_pyarrow_table().to_pylist()
+    metrics = [d for d in dq if d["table_name"] == "broker_metrics"]
+    if len(metrics) != 1:
+        raise RuntimeError(f"expected one micro-batch, validate made {len(metrics)}")
+    return metrics[0]["rows_in"], metrics[0]["batch_duration_ms"] / 1000, rss
+
+
+def passthrough_seconds(lake: Path, master: str) -> float:
+    """The floor: broker_metrics copied to another Delta table by one streaming micro-batch, nothing else."""
+    code = f"""
+import sys, time
+sys.path.insert(0, {str(ROOT)!r})
+from foundation.spark import build_spark_session
+spark = build_spark_session("isrwatch-bench-floor", master={master!r},
+                            conf={{"spark.sql.shuffle.partitions": "4", "spark.executor.memory": {EXECUTOR_MEMORY!r}}})
+query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 100000).load({BROKER_METRICS.path(str(lake))!r})
+         .writeStream.format("delta").option("checkpointLocation", {str(lake / "_floor_ckpt")!r})
+         .trigger(availableNow=True).start({str(lake / "floor")!r}))
+query.awaitTermination()
+batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
+print(sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    if done.returncode != 0:
+        raise RuntimeError(f"pass-through failed: {done.stderr[-3000:]}")
+    return float(done.stdout.strip().splitlines()[-1])
+
+
+def kill_a_worker(base: Path, bronze_lake: Path, rows: int) -> None:
+    """Two workers; one is SIGKILLed (with its executor) while validate's executor-route batch runs. Spark runs
+    the lost tasks again on the other worker: every bronze row reaches silver once."""
+    cluster = StandaloneCluster(base / "cluster-2", workers=2, cores=1, memory="3g").start()
+    lake = base / "kill-worker"
+    shutil.copytree(bronze_lake, lake)
+    try:
+        killer = threading.Timer(30.0, lambda: cluster.kill_worker(1))
+        killer.start()
+        got, seconds, _ = run_validate(lake, cluster.master_url, executor_memory="2g")
+        killer.join()
+        silver = DeltaTable(SILVER_TABLES["broker_metrics"].path(str(lake))).to_pyarrow_table(
+            columns=["run_id", "broker_id", "name", "ts"])
+        keys = silver.group_by(["run_id", "broker_id", "name", "ts"]).aggregate([]).num_rows
+        print(f"\nworker killed 30 s into a {got:,}-row batch on 2 workers: the batch took {seconds:.1f} s; "
+              f"silver holds {silver.num_rows:,} rows ({keys:,} distinct keys) of {rows:,} bronze rows", flush=True)
+    finally:
+        cluster.stop()
+        shutil.rmtree(lake, ignore_errors=True)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sizes", default="100000,1000000,10000000", help="micro-batch sizes (broker_metrics rows)")
+    p.add_argument("--where", default="local,cluster", help="local ('local[2]'), cluster (standalone, 1 worker)")
+    p.add_argument("--kill-worker-rows", type=int, default=1_000_000,
+                   help="then kill one of two workers during a batch of this many rows (0: skip)")
+    args = p.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="isrwatch-bench-sizes-"))
+    try:
+        metrics, runs = seed(base)
+        print(f"seed: {metrics.num_rows:,} broker_metrics rows per copy of {SCENARIO.name}", flush=True)
+        lakes = {}
+        for size in (int(s) for s in args.sizes.split(",")):
+            lake = base / f"bronze-{size}"
+            lakes[bronze(lake, size, metrics, runs)] = lake
+        for where in args.where.split(","):
+            cluster = (StandaloneCluster(base / "cluster", workers=1, cores=2, memory="5g") if where == "cluster"
+                       else None)
+            master = cluster.start().master_url if cluster is not None else "local[2]"
+            try:
+                print(f"\n{where} ({master}): validate, one micro-batch on the executor route | pass-through floor")
+                print(f"  {'rows':>11} {'validate s':>10} {'rows/s':>9} {'floor s':>8} {'floor rows/s':>12} "
+                      f"{'validate/floor':>14} {'driver JVM peak MiB':>19} {'driver Python peak MiB':>22}",
+                      flush=True)
+                for rows, bronze_lake in sorted(lakes.items()):
+                    lake = base / f"{where}-{rows}"
+                    shutil.copytree(bronze_lake, lake)
+                    got, seconds, rss = run_validate(lake, master)
+                    floor = passthrough_seconds(lake, master)
+                    print(f"  {got:>11,} {seconds:>10.1f} {got / seconds:>9,.0f} {floor:>8.1f} {got / floor:>12,.0f} "
+                          f"{seconds / floor:>13.1f}x {rss.jvm_kib / 1024:>19,.0f} {rss.python_kib / 1024:>22,.0f}",
+                          flush=True)
+                    shutil.rmtree(lake)
+            finally:
+                if cluster is not None:
+                    cluster.stop()
+        if args.kill_worker_rows:
+            rows = bronze(base / "bronze-kill", args.kill_worker_rows, metrics, runs)
+            kill_a_worker(base, base / "bronze-kill", rows)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
