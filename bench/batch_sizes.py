@@ -10,7 +10,8 @@ routing, Great Expectations and the silver writes as Spark jobs. Printed per siz
 - the pass-through floor: the same Delta table copied to another by a streaming query with nothing else
   done (same master, same session settings), and validate / floor;
 - peak RSS (VmHWM) of the driver's JVM and of its Python process. With `local[2]` the driver's JVM also
-  runs the tasks; on the standalone cluster (one worker, 2 cores) they run in the worker's executor.
+  runs the tasks (and gets the executor's memory, 6 GB); on the standalone cluster (one worker, 2 cores, a
+  4 GB executor) they run in the worker's executor and the driver has 2 GB.
 Figures are printed, never asserted.
 """
 
@@ -43,6 +44,8 @@ SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"
 CHUNK_ROWS = 1_000_000  # rows per bronze commit: large commits, as a catch-up after an outage reads them
 DRIVER_MEMORY = "2g"
 EXECUTOR_MEMORY = "4g"
+LOGS = Path(tempfile.gettempdir()) / "isrwatch-bench-batch-sizes-logs"   # a failed run's log, kept
+LOCAL_DRIVER_MEMORY = "6g"  # with local[2] the driver's JVM is the executor too: it gets the executor's share
 
 
 def seed(base: Path) -> tuple[pa.Table, pa.Table]:
@@ -122,20 +125,32 @@ class PeakRss:
         self.thread.join()
 
 
+class ValidateFailed(RuntimeError):
+    """The validate run did not finish (its log is kept under LOGS)."""
+
+
 def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY) -> tuple[int, float, PeakRss]:
     """`isrwatch submit validate` over `lake` as one micro-batch on the executor route: (rows, seconds, RSS)."""
+    driver_memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY
     cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "validate", "--master", master,
-           "--driver-memory", DRIVER_MEMORY, "--executor-memory", executor_memory,
+           "--driver-memory", driver_memory, "--executor-memory", executor_memory,
            "--conf", "spark.sql.shuffle.partitions=4", "--",
            "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
            "--ge-engine", "spark", "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    rss = PeakRss(proc.pid)
-    _, err = proc.communicate()
-    rss.stop()
+    log = lake.parent / f"{lake.name}-validate.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                                stdout=out, stderr=subprocess.STDOUT)
+        rss = PeakRss(proc.pid)
+        proc.wait()
+        rss.stop()
     if proc.returncode != 0:
-        raise RuntimeError(f"validate failed ({proc.returncode}): {err[-3000:]}")
+        kept = LOGS / log.name
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(log, kept)
+        first = next((line.strip() for line in log.read_text().splitlines()
+                      if "Error" in line or "Exception" in line), "no error line")
+        raise ValidateFailed(f"exit {proc.returncode}: {first[:200]} (log: {kept})")
     dq = DeltaTable(DQ_RUNS.path(str(lake))).to_pyarrow_table().to_pylist()
     metrics = [d for d in dq if d["table_name"] == "broker_metrics"]
     if len(metrics) != 1:
@@ -149,8 +164,10 @@ def passthrough_seconds(lake: Path, master: str) -> float:
 import sys, time
 sys.path.insert(0, {str(ROOT)!r})
 from foundation.spark import build_spark_session
+memory = {LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY!r}
 spark = build_spark_session("isrwatch-bench-floor", master={master!r},
-                            conf={{"spark.sql.shuffle.partitions": "4", "spark.executor.memory": {EXECUTOR_MEMORY!r}}})
+                            conf={{"spark.sql.shuffle.partitions": "4", "spark.executor.memory": {EXECUTOR_MEMORY!r},
+                                  "spark.driver.memory": memory}})
 query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 100000).load({BROKER_METRICS.path(str(lake))!r})
          .writeStream.format("delta").option("checkpointLocation", {str(lake / "_floor_ckpt")!r})
          .trigger(availableNow=True).start({str(lake / "floor")!r}))
@@ -176,9 +193,9 @@ def kill_a_worker(base: Path, bronze_lake: Path, rows: int) -> None:
         killer.start()
         got, seconds, _ = run_validate(lake, cluster.master_url, executor_memory="2g")
         killer.join()
-        silver = DeltaTable(SILVER_TABLES["broker_metrics"].path(str(lake))).to_pyarrow_table(
-            columns=["run_id", "broker_id", "name", "ts"])
-        keys = silver.group_by(["run_id", "broker_id", "name", "ts"]).aggregate([]).num_rows
+        key = list(BROKER_METRICS.natural_key)
+        silver = DeltaTable(SILVER_TABLES["broker_metrics"].path(str(lake))).to_pyarrow_table(columns=key)
+        keys = silver.group_by(key).aggregate([]).num_rows
         print(f"\nworker killed 30 s into a {got:,}-row batch on 2 workers: the batch took {seconds:.1f} s; "
               f"silver holds {silver.num_rows:,} rows ({keys:,} distinct keys) of {rows:,} bronze rows", flush=True)
     finally:
@@ -201,7 +218,7 @@ def main() -> None:
         for size in (int(s) for s in args.sizes.split(",")):
             lake = base / f"bronze-{size}"
             lakes[bronze(lake, size, metrics, runs)] = lake
-        for where in args.where.split(","):
+        for where in filter(None, args.where.split(",")):
             cluster = (StandaloneCluster(base / "cluster", workers=1, cores=2, memory="5g") if where == "cluster"
                        else None)
             master = cluster.start().master_url if cluster is not None else "local[2]"
@@ -213,7 +230,12 @@ def main() -> None:
                 for rows, bronze_lake in sorted(lakes.items()):
                     lake = base / f"{where}-{rows}"
                     shutil.copytree(bronze_lake, lake)
-                    got, seconds, rss = run_validate(lake, master)
+                    try:
+                        got, seconds, rss = run_validate(lake, master)
+                    except ValidateFailed as e:
+                        print(f"  {rows:>11,} failed: {e}", flush=True)
+                        shutil.rmtree(lake)
+                        continue
                     floor = passthrough_seconds(lake, master)
                     print(f"  {got:>11,} {seconds:>10.1f} {got / seconds:>9,.0f} {floor:>8.1f} {got / floor:>12,.0f} "
                           f"{seconds / floor:>13.1f}x {rss.jvm_kib / 1024:>19,.0f} {rss.python_kib / 1024:>22,.0f}",
