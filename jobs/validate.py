@@ -32,13 +32,12 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.batch_appender import BatchAppender
-from foundation.object_store import storage_options
+from foundation.delta_io import open_table
 from foundation.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
 from jobs import driver_signals
 from jobs.delta_tables import (
@@ -217,19 +216,16 @@ class UnionValidator:
         """Rows of a bronze reference table for some runs, read on a driver cache miss (by delta-rs: no Spark
         job on the live path)."""
         def load(run_ids: Sequence[str]) -> pa.Table:
-            return _driver_read(td.path(self.settings.lakehouse), list(cols), pc.field("run_id").isin(list(run_ids)),
-                                pa.schema([td.arrow_schema.field(c) for c in cols]))
+            return _driver_read(td, self.settings.lakehouse, list(cols), pc.field("run_id").isin(list(run_ids)))
         return load
 
     def _silver_before(self, td: TableDef, cols: list[str], run_ids: list[str], min_ts_us: int) -> pa.Table:
         """Silver rows of `run_ids` within the look-back before `min_ts_us` (the first batch after a start)."""
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
-        silver = SILVER_TABLES[td.name]
         ts = pa.timestamp("us", tz="UTC")
         window = (pc.field("run_id").isin(run_ids) & (pc.field("ts") >= pa.scalar(min_ts_us - lookback_us, ts))
                   & (pc.field("ts") < pa.scalar(min_ts_us, ts)))
-        return _driver_read(silver.path(self.settings.lakehouse), cols, window,
-                            pa.schema([silver.arrow_schema.field(c) for c in cols]))
+        return _driver_read(SILVER_TABLES[td.name], self.settings.lakehouse, cols, window)
 
     def _silver_counts_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
         """The silver meter rows before the batch within the look-back (`LastCounts.fold` keeps the newest)."""
@@ -254,12 +250,13 @@ class UnionValidator:
                 table.vacuum(hours)
 
 
-def _driver_read(path: str, columns: list[str], where: pc.Expression, schema: pa.Schema) -> pa.Table:
-    """`columns` of the rows of the Delta table at `path` matching `where`, read on the driver by delta-rs
-    (files skipped by their statistics); an empty table of `schema` when the table does not exist yet."""
-    if not is_delta_table(path):
+def _driver_read(td: TableDef, lakehouse: str, columns: list[str], where: pc.Expression) -> pa.Table:
+    """`columns` of the rows of `td` matching `where`, read on the driver by delta-rs (files skipped by their
+    statistics); an empty table when it does not exist yet."""
+    schema = pa.schema([td.arrow_schema.field(c) for c in columns])
+    table = open_table(td, lakehouse)
+    if table is None:
         return schema.empty_table()
-    table = DeltaTable(path, storage_options=storage_options(path))
     return table.to_pyarrow_dataset().to_table(columns=columns, filter=where).cast(schema)
 
 

@@ -30,7 +30,8 @@ class ObjectStoreFixtureError(RuntimeError):
     """The server's jars are missing, or it did not start."""
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback port nobody listens on now (the servers here and in spark_cluster_fixture take one)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -44,7 +45,7 @@ class S3Proxy:
             raise ObjectStoreFixtureError(f"s3proxy jars not found in {JARS_DIR}: run `make s3-jars`")
         self.folder = folder
         self.bucket = bucket
-        self.port = _free_port()
+        self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None

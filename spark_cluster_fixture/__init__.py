@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
+from object_store_fixture import free_port
+
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -28,12 +29,6 @@ WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 
 class SparkClusterError(RuntimeError):
     """The master or a worker did not start."""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def master_command(port: int, webui_port: int) -> list[str]:
@@ -51,7 +46,7 @@ class StandaloneCluster:
     def __init__(self, folder: Path, workers: int = 1, cores: int = 1, memory: str = "1g") -> None:
         self.folder = folder
         self.workers, self.cores, self.memory = workers, cores, memory
-        self.port, self.webui_port = _free_port(), _free_port()
+        self.port, self.webui_port = free_port(), free_port()
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self.procs: list[subprocess.Popen[bytes]] = []
         self._logs: list[IO[bytes]] = []
@@ -79,7 +74,7 @@ class StandaloneCluster:
         self._start("master", master_command(self.port, self.webui_port))
         for i in range(self.workers):
             self._start(f"worker-{i}", worker_command(self.master_url, self.cores, self.memory,
-                                                      self.folder / f"work-{i}", _free_port()))
+                                                      self.folder / f"work-{i}", free_port()))
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             exited = [" ".join(map(str, p.args)) for p in self.procs if p.poll() is not None]  # type: ignore[arg-type]
