@@ -12,13 +12,16 @@ routing, Great Expectations and the silver writes as Spark jobs. Printed per siz
 - peak RSS (VmHWM) of the driver's JVM and of its Python process. With `local[2]` the driver's JVM also
   runs the tasks (and gets the executor's memory, 6 GB); on the standalone cluster (one worker, 2 cores, a
   4 GB executor) they run in the worker's executor and the driver has 2 GB.
-Figures are printed, never asserted.
+Then, unless --no-alerts, the alerts job over that silver as one micro-batch on each of its routes: collected
+to the driver, and grouped by cluster on the executors (`--driver-max-rows 0`): seconds, transitions, driver
+peak RSS. Figures are printed, never asserted.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,15 +35,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import yaml
 from deltalake import DeltaTable
 
 from foundation.delta_checksum import write_with_checksum
 from schemas.bronze import BROKER_METRICS, RUNS
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from schemas.silver import DQ_RUNS, SILVER_TABLES
 from spark_cluster_fixture import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"
+RULES = ROOT / "conf" / "alerts.yaml"
 CHUNK_ROWS = 1_000_000  # rows per bronze commit: large commits, as a catch-up after an outage reads them
 DRIVER_MEMORY = "2g"
 EXECUTOR_MEMORY = "4g"
@@ -125,32 +131,44 @@ class PeakRss:
         self.thread.join()
 
 
-class ValidateFailed(RuntimeError):
-    """The validate run did not finish (its log is kept under LOGS)."""
-
-
-def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY) -> tuple[int, float, PeakRss]:
-    """`isrwatch submit validate` over `lake` as one micro-batch on the executor route: (rows, seconds, RSS)."""
-    driver_memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY
-    cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "validate", "--master", master,
-           "--driver-memory", driver_memory, "--executor-memory", executor_memory,
-           "--conf", "spark.sql.shuffle.partitions=4", "--",
-           "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
-           "--ge-engine", "spark", "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
-    log = lake.parent / f"{lake.name}-validate.log"
+def run_submit(cmd: list[str], log: Path) -> tuple[int, PeakRss]:
+    """An `isrwatch submit` command with its output in `log`: its exit code and the driver's peak RSS."""
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
                                 stdout=out, stderr=subprocess.STDOUT)
         rss = PeakRss(proc.pid)
         proc.wait()
         rss.stop()
-    if proc.returncode != 0:
-        kept = LOGS / log.name
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(log, kept)
+    return proc.returncode, rss
+
+
+def keep(log: Path) -> Path:
+    """A failed run's log, copied out of the bench's folder (removed at the end)."""
+    kept = LOGS / log.name
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(log, kept)
+    return kept
+
+
+class JobFailed(RuntimeError):
+    """A job's run did not finish (its log is kept under LOGS)."""
+
+
+def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY,
+                 partitions: int = 4) -> tuple[int, float, PeakRss]:
+    """`isrwatch submit validate` over `lake` as one micro-batch on the executor route: (rows, seconds, RSS)."""
+    driver_memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY
+    cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "validate", "--master", master,
+           "--driver-memory", driver_memory, "--executor-memory", executor_memory,
+           "--conf", f"spark.sql.shuffle.partitions={partitions}", "--",
+           "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
+           "--ge-engine", "spark", "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
+    log = lake.parent / f"{lake.name}-validate.log"
+    returncode, rss = run_submit(cmd, log)
+    if returncode != 0:
         first = next((line.strip() for line in log.read_text().splitlines()
                       if "Error" in line or "Exception" in line), "no error line")
-        raise ValidateFailed(f"exit {proc.returncode}: {first[:200]} (log: {kept})")
+        raise JobFailed(f"exit {returncode}: {first[:200]} (log: {keep(log)})")
     dq = DeltaTable(DQ_RUNS.path(str(lake))).to_pyarrow_table().to_pylist()
     metrics = [d for d in dq if d["table_name"] == "broker_metrics"]
     if len(metrics) != 1:
@@ -158,7 +176,49 @@ def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY
     return metrics[0]["rows_in"], metrics[0]["batch_duration_ms"] / 1000, rss
 
 
-def passthrough_seconds(lake: Path, master: str) -> float:
+# The default rules that read broker_metrics alone: the bench's silver holds no other table.
+BROKER_METRICS_RULES = ("OfflinePartitions", "ActiveControllerCount", "UncleanLeaderElection",
+                        "ProduceNotEnoughReplicas", "BrokerNotReporting")
+ALERTS_DONE = re.compile(r"alerts: (\d+) transitions, \d+ alerts firing; (\d+) of (\d+) micro-batches evaluated on "
+                         r"the executors, in ([\d.]+) s")
+
+
+@dataclass
+class AlertsRun:
+    transitions: int
+    seconds: float
+    on_executors: bool
+    rss: PeakRss
+
+
+def run_alerts(lake: Path, master: str, driver_max_rows: int, partitions: int = 4) -> AlertsRun:
+    """`isrwatch submit alerts` over the silver validate wrote, as one micro-batch, on the driver route
+    (`driver_max_rows` above the batch) or the executor route (0)."""
+    raw = yaml.safe_load(RULES.read_text())
+    raw["rules"] = [r for r in raw["rules"] if r["name"] in BROKER_METRICS_RULES]
+    raw["receivers"] = []
+    rules = lake.parent / f"{lake.name}-rules.yaml"
+    rules.write_text(yaml.safe_dump(raw))
+    shutil.rmtree(lake / "_checkpoints" / "alerts", ignore_errors=True)
+    for table in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
+        shutil.rmtree(table.path(str(lake)), ignore_errors=True)
+    driver_memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY
+    cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "alerts", "--master", master,
+           "--driver-memory", driver_memory, "--executor-memory", EXECUTOR_MEMORY,
+           "--conf", f"spark.sql.shuffle.partitions={partitions}", "--",
+           "--lakehouse", str(lake), "--rules", str(rules), "--trigger", "available-now", "--no-webhooks",
+           "--max-files-per-trigger", "100000", "--driver-max-rows", str(driver_max_rows)]
+    log = lake.parent / f"{lake.name}-alerts-{driver_max_rows}.log"
+    returncode, rss = run_submit(cmd, log)
+    done = ALERTS_DONE.search(log.read_text())
+    if returncode != 0 or done is None:
+        raise JobFailed(f"alerts exit {returncode} (log: {keep(log)})")
+    if done.group(3) != "1":
+        raise RuntimeError(f"expected one alerts micro-batch, got {done.group(3)}")
+    return AlertsRun(int(done.group(1)), float(done.group(4)), done.group(2) == "1", rss)
+
+
+def passthrough_seconds(lake: Path, master: str, partitions: int = 4) -> float:
     """The floor: broker_metrics copied to another Delta table by one streaming micro-batch, nothing else."""
     code = f"""
 import sys, time
@@ -166,8 +226,8 @@ sys.path.insert(0, {str(ROOT)!r})
 from foundation.spark import build_spark_session
 memory = {LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY!r}
 spark = build_spark_session("isrwatch-bench-floor", master={master!r},
-                            conf={{"spark.sql.shuffle.partitions": "4", "spark.executor.memory": {EXECUTOR_MEMORY!r},
-                                  "spark.driver.memory": memory}})
+                            conf={{"spark.sql.shuffle.partitions": "{partitions}",
+                                  "spark.executor.memory": {EXECUTOR_MEMORY!r}, "spark.driver.memory": memory}})
 query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 100000).load({BROKER_METRICS.path(str(lake))!r})
          .writeStream.format("delta").option("checkpointLocation", {str(lake / "_floor_ckpt")!r})
          .trigger(availableNow=True).start({str(lake / "floor")!r}))
@@ -180,6 +240,20 @@ print(sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
     if done.returncode != 0:
         raise RuntimeError(f"pass-through failed: {done.stderr[-3000:]}")
     return float(done.stdout.strip().splitlines()[-1])
+
+
+def alerts_side_by_side(lake: Path, master: str, rows: int, partitions: int) -> None:
+    """The alerts job over the validated silver as one micro-batch, on each route: seconds and driver RSS."""
+    for name, limit in (("driver", rows + 1), ("executors", 0)):
+        try:
+            run = run_alerts(lake, master, limit, partitions)
+        except JobFailed as e:
+            print(f"  {'':>11} alerts on the {name}: failed: {e}", flush=True)
+            continue
+        assert run.on_executors == (name == "executors")
+        print(f"  {'':>11} alerts on the {name:<9}: {run.seconds:>6.1f} s, {rows / run.seconds:>9,.0f} rows/s, "
+              f"{run.transitions:,} transitions, driver JVM {run.rss.jvm_kib / 1024:,.0f} MiB, "
+              f"driver Python {run.rss.python_kib / 1024:,.0f} MiB", flush=True)
 
 
 def kill_a_worker(base: Path, bronze_lake: Path, rows: int) -> None:
@@ -207,6 +281,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--sizes", default="100000,1000000,10000000", help="micro-batch sizes (broker_metrics rows)")
     p.add_argument("--where", default="local,cluster", help="local ('local[2]'), cluster (standalone, 1 worker)")
+    p.add_argument("--shuffle-partitions", type=int, default=4,
+                   help="spark.sql.shuffle.partitions of every run (validate's de-duplication state keeps it)")
+    p.add_argument("--no-alerts", dest="alerts", action="store_false",
+                   help="skip the alerts job on each route after validate")
     p.add_argument("--kill-worker-rows", type=int, default=1_000_000,
                    help="then kill one of two workers during a batch of this many rows (0: skip)")
     args = p.parse_args()
@@ -231,15 +309,17 @@ def main() -> None:
                     lake = base / f"{where}-{rows}"
                     shutil.copytree(bronze_lake, lake)
                     try:
-                        got, seconds, rss = run_validate(lake, master)
-                    except ValidateFailed as e:
+                        got, seconds, rss = run_validate(lake, master, partitions=args.shuffle_partitions)
+                    except JobFailed as e:
                         print(f"  {rows:>11,} failed: {e}", flush=True)
                         shutil.rmtree(lake)
                         continue
-                    floor = passthrough_seconds(lake, master)
+                    floor = passthrough_seconds(lake, master, args.shuffle_partitions)
                     print(f"  {got:>11,} {seconds:>10.1f} {got / seconds:>9,.0f} {floor:>8.1f} {got / floor:>12,.0f} "
                           f"{seconds / floor:>13.1f}x {rss.jvm_kib / 1024:>19,.0f} {rss.python_kib / 1024:>22,.0f}",
                           flush=True)
+                    if args.alerts:
+                        alerts_side_by_side(lake, master, got, args.shuffle_partitions)
                     shutil.rmtree(lake)
             finally:
                 if cluster is not None:

@@ -83,6 +83,8 @@ class GoldJobSettings(BaseModel):
 class AlertsSettings(GoldJobSettings):
     rules: str | None = None            # default conf/alerts.yaml
     webhooks: bool = True
+    # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
+    driver_max_rows: int = Field(default=500_000, ge=0)
 
 
 class PostureSettings(GoldJobSettings):

@@ -34,7 +34,7 @@ import pandas as pd
 
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_signals import SOURCES
-from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint
+from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint, transition_order
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -107,7 +107,8 @@ class AlertEngine:
             if samples is not None:
                 out += self._advance(rule, samples)
         self._expire_resolved(clocks)
-        out.sort(key=lambda t: (t.ts_ms, t.rule, t.fingerprint, t.status))
+        self.state.forget_unused_windows()
+        out.sort(key=transition_order)
         return out
 
     # -- samples -------------------------------------------------------------------------------------

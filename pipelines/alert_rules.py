@@ -139,6 +139,11 @@ def parse_alert_config(raw: Any, origin: str, env: dict[str, str] | None = None)
             if missing:
                 raise AlertConfigError(f"{origin}: rule {r.name!r}: inhibited_by: equal label(s) {missing} "
                                        f"are not labels of both {r.name!r} and {inh.rule!r}")
+            if "cluster" not in inh.equal:
+                # Each cluster's alerts are evaluated on their own (on the executors, in parallel): an alert
+                # of one cluster silencing another cluster's would tie them together.
+                raise AlertConfigError(f"{origin}: rule {r.name!r}: inhibited_by {inh.rule!r}: equal must "
+                                       f"include 'cluster' (an alert inhibits only alerts of its own cluster)")
     receivers_raw = raw.get("receivers") or []
     if not isinstance(receivers_raw, list):
         raise AlertConfigError(f"{origin}: 'receivers' must be a list")

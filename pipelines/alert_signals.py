@@ -169,3 +169,16 @@ def empty_frame(source: Source, scope: str) -> pd.DataFrame:
     """A zero-row frame with a source's columns at a scope, to check expressions and templates against."""
     cols = ["run_id", "ts", *SCOPE_KEYS[scope], *source.columns]
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
+
+
+def shape_union(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """A micro-batch of the alerts job's union (each row tagged with its table in `_source`), shaped per source.
+    The engine computes `broker_reports` itself, from broker_metrics."""
+    frames = {}
+    for source in SOURCES.values():
+        if source.name == "broker_reports":
+            continue
+        part = rows[rows["_source"] == source.table]
+        if len(part):
+            frames[source.name] = source.shape(part.drop(columns="_source"))
+    return frames

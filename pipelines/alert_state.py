@@ -67,6 +67,9 @@ class EngineState:
         rows += [{"kind": "window", "key": k, "state": json.dumps({
             "samples": v, "labels": self.window_labels[k], "evaluated": self.window_evaluated.get(k)})}
                  for k, v in sorted(self.windows.items()) if v]
+        # An open alert of a windowed rule whose samples have all left the window keeps its last point.
+        rows += [{"kind": "window_evaluated", "key": k, "state": json.dumps(v)}
+                 for k, v in sorted(self.window_evaluated.items()) if not self.windows.get(k)]
         rows += [{"kind": "last_hw", "key": c, "state": json.dumps(v, sort_keys=True)}
                  for c, v in sorted(self.last_hw.items())]
         return rows
@@ -85,9 +88,60 @@ class EngineState:
                 s.window_labels[r["key"]] = dict(data["labels"])
                 if data.get("evaluated") is not None:
                     s.window_evaluated[r["key"]] = int(data["evaluated"])
+            elif r["kind"] == "window_evaluated":
+                s.window_evaluated[r["key"]] = int(data)
             elif r["kind"] == "last_hw":
                 s.last_hw[r["key"]] = {k: int(v) for k, v in data.items()}
         return s
+
+    def forget_unused_windows(self) -> None:
+        """Drop the last evaluated point of windows with neither samples nor an alert: nothing reads it, and it
+        names no cluster (so the state could not be split by cluster)."""
+        for key in [k for k in self.window_evaluated if not self.windows.get(k) and k not in self.alerts]:
+            del self.window_evaluated[key]
+
+    def by_cluster(self) -> dict[str, EngineState]:
+        """The state split per cluster. Nothing in it spans clusters: every entry names its cluster, and an
+        alert inhibits only alerts of its own cluster (pipelines/alert_rules.py checks `equal` holds it), so
+        each cluster's alerts can be evaluated apart from the others' with the same outcome."""
+        parts: dict[str, EngineState] = {}
+
+        def part(cluster: str) -> EngineState:
+            return parts.setdefault(cluster, EngineState())
+
+        for k, a in self.alerts.items():
+            part(a.cluster).alerts[k] = a
+        for k, seen in self.last_seen.items():
+            part(k.split("/", 1)[0]).last_seen[k] = seen
+        for k, samples in self.windows.items():
+            p = part(self.window_labels[k]["cluster"])
+            p.windows[k], p.window_labels[k] = samples, self.window_labels[k]
+        for k, point in self.window_evaluated.items():
+            labels = self.window_labels.get(k) or (self.alerts[k].labels if k in self.alerts else None)
+            if labels is None:
+                raise ValueError(f"engine state: window {k!r} has neither samples nor an alert")
+            part(labels["cluster"]).window_evaluated[k] = point
+        for c, hw in self.last_hw.items():
+            part(c).last_hw[c] = hw
+        return {c: parts[c] for c in sorted(parts)}
+
+    def replace_clusters(self, parts: dict[str, EngineState]) -> EngineState:
+        """This state with the given clusters' parts replaced by `parts` (the others kept as they are)."""
+        kept = {c: p for c, p in self.by_cluster().items() if c not in parts}
+        out = EngineState()
+        for p in [*kept.values(), *parts.values()]:
+            out.alerts.update(p.alerts)
+            out.last_seen.update(p.last_seen)
+            out.windows.update(p.windows)
+            out.window_labels.update(p.window_labels)
+            out.window_evaluated.update(p.window_evaluated)
+            out.last_hw.update(p.last_hw)
+        return out
+
+
+def transition_order(t: Transition) -> tuple[int, str, str, str]:
+    """The order a step's transitions are emitted in (event time first): the same however they were evaluated."""
+    return (t.ts_ms, t.rule, t.fingerprint, t.status)
 
 
 def fingerprint(rule: str, labels: dict[str, str]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -188,11 +189,12 @@ C1 = "-XX:TieredStopAtLevel=1"
 JOB_OPTIONS = {"validate": ["--wait-for-tables", "0"], "alerts": ["--no-webhooks"]}
 
 
-def _submit_options(job: str, master: str, lake: str, *spark_options: str) -> list[str]:
+def _submit_options(job: str, master: str, lake: str, *spark_options: str,
+                    job_options: tuple[str, ...] = ()) -> list[str]:
     """`isrwatch submit`'s arguments for a job on a cluster, as docs/cluster.md gives them (plus the test's
-    own `spark_options`)."""
+    own `spark_options` and `job_options`)."""
     return [job, "--master", master, "--executor-memory", "512m", *spark_options, "--",
-            "--lakehouse", lake, "--trigger", "available-now", *JOB_OPTIONS[job]]
+            "--lakehouse", lake, "--trigger", "available-now", *JOB_OPTIONS[job], *job_options]
 
 
 def test_docs_cluster_shows_the_commands_the_cluster_test_runs() -> None:
@@ -214,8 +216,10 @@ def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_eq
     executors read the store through S3A with the credentials `isrwatch submit` gave them in a 0600 properties
     file (the workers' own environment has none); the driver writes silver and gold with delta-rs. Silver,
     quarantine and the alert tables equal those of a local run of the same jobs over the same bronze in which
-    validate took the executor route (Spark jobs check, route and write each table), and Spark's event logs
-    show the cluster's tasks ran on the worker's executor, none on the driver."""
+    validate took the executor route (Spark jobs check, route and write each table) and the cluster's took the
+    driver route, while the alerts job took the executor route on the cluster (the rules evaluated per cluster in
+    the worker's Python) and the driver route locally. Spark's event logs show the cluster's tasks ran on the
+    worker's executor, none on the driver."""
     lake = on_store.uri("cluster")
     Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
     events = tmp_path / "event-logs"
@@ -229,11 +233,17 @@ def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_eq
     with StandaloneCluster(tmp_path / "cluster") as cluster:
         assert not any(k.startswith("AWS_") for k in cluster.environment), "the workers must not hold credentials"
         for job in JOB_OPTIONS:
+            # Every alerts micro-batch on the executor route: the rules run in the worker's Python, per cluster.
+            forced = ("--driver-max-rows", "0") if job == "alerts" else ()
             done = subprocess.run(
-                [*submit, *_submit_options(job, cluster.master_url, lake, *spark_options)], cwd=ROOT,
+                [*submit, *_submit_options(job, cluster.master_url, lake, *spark_options, job_options=forced)],
+                cwd=ROOT,
                 env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
                 timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
+            if job == "alerts":  # spark-submit's PythonRunner hands the driver's stderr on as its stdout
+                assert re.search(r"; ([1-9]\d*) of \1 micro-batches evaluated on the executors", done.stdout), \
+                    done.stdout[-3000:]
         apps = [a["name"] for a in cluster.status()["completedapps"]]
     assert sorted(apps) == ["isrwatch-alerts", "isrwatch-validate"]
     ran = _tasks_per_executor(events)

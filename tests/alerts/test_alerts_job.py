@@ -48,9 +48,10 @@ def copy_lake(src: str, dst: Path) -> str:
     return str(dst)
 
 
-def run_in_process(spark: Any, lake: str, rules: str) -> Any:
+def run_in_process(spark: Any, lake: str, rules: str, **overrides: Any) -> Any:
     settings = load_settings(overrides={"lakehouse": lake, "alerts.trigger": "available-now", "alerts.rules": rules,
-                                        "alerts.max_files_per_trigger": 1, "alerts.wait_for_tables_seconds": 0})
+                                        "alerts.max_files_per_trigger": 1, "alerts.wait_for_tables_seconds": 0,
+                                        **overrides})
     running = start_alerts(spark, settings, load_alert_config(rules), log=lambda _: None)
     running.query.awaitTermination()
     assert running.query.exception() is None, running.query.exception()
@@ -135,6 +136,28 @@ def test_posture_findings_and_slo_burn_go_through_the_same_lifecycle(alerted: tu
     delivered = {(a["labels"]["cluster"], a["labels"]["alertname"]) for r in got for a in r["json"]["alerts"]}
     assert (UNCLEAN, "SloBurnRatePage") in delivered and (UNCLEAN, "PostureUncleanElectionEnabled") in delivered
     assert not {d for d in delivered if d[1] in ("PostureRfEqualsBrokers", "SloBurnRateTicket")}
+
+
+def test_batches_over_driver_max_rows_are_evaluated_on_the_executors_with_the_same_results(
+        spark: Any, silver_lake: str, alerted: tuple[str, list[Any]], tmp_path: Path) -> None:
+    """The `alerted` run again, every micro-batch on the executor route (grouped by cluster, the rules run in
+    Spark's Python workers): the same transitions, gold.alerts and engine state, row for row."""
+    reference = alerted[0]
+    lake = copy_lake(silver_lake, tmp_path / "executors")
+    running = run_in_process(spark, lake, rules_file(tmp_path, "http://127.0.0.1:9/unused"),
+                             **{"alerts.driver_max_rows": 0, "alerts.webhooks": False})
+    stats = running.evaluator.stats
+    assert stats.batches > 3 and stats.executor_batches == stats.batches
+
+    def rows(td: Any, at: str, ignore: tuple[str, ...] = ()) -> list[list[tuple[str, str]]]:
+        return sorted(sorted((k, repr(v)) for k, v in r.items() if k not in ignore)
+                      for r in read_rows(td, at).to_pylist())
+
+    events = rows(ALERT_EVENTS, lake, ("evaluated_at",))
+    assert len(events) > 20 and events == rows(ALERT_EVENTS, reference, ("evaluated_at",))
+    assert rows(ALERTS, lake) == rows(ALERTS, reference)
+    assert rows(ALERTS_STATE, lake) == rows(ALERTS_STATE, reference)
+    assert {e["cluster"] for e in read_rows(ALERT_EVENTS, lake).to_pylist()} >= {"lose-two-s3", UNCLEAN}
 
 
 # A slow test (make test-all), as the SLO job's: in make test the kills at each write boundary of validate

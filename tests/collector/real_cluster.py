@@ -70,15 +70,28 @@ class Running:
         self.collector.close()
 
 
-def wait_for(condition: Any, timeout_s: float, what: str) -> None:
+def wait_for(condition: Any, timeout_s: float, what: str, explain: Callable[[], str] | None = None) -> None:
+    """Poll `condition` until it holds; on timeout fail with `what` and what `explain` then says of the cluster."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():
             return
         time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+    seen = ""
+    if explain is not None:
+        try:
+            seen = f"; seen: {explain()}"
+        except Exception as e:  # the timeout is the failure: a failed description must not hide it
+            seen = f"; describing the cluster failed: {e!r}"
+    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}{seen}")
 
 
 def isr_of(cluster: KafkaCluster, topic: str = TOPIC) -> dict[int, list[int]]:
     md = cluster.admin_client().list_topics(topic, timeout=5)
     return {p: list(m.isrs) for p, m in md.topics[topic].partitions.items()}
+
+
+def leaders_of(cluster: KafkaCluster, topic: str) -> dict[int, tuple[int, list[int]]]:
+    """partition -> (leader, ISR), as a broker's metadata says (5 s timeout)."""
+    md = cluster.admin_client().list_topics(topic, timeout=5)
+    return {p: (m.leader, list(m.isrs)) for p, m in sorted(md.topics[topic].partitions.items())}
