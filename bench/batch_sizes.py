@@ -150,6 +150,19 @@ def keep(log: Path) -> Path:
     return kept
 
 
+def keep_executor_logs(cluster: StandaloneCluster | None, where: str, rows: int) -> str:
+    """A failed cluster run's executor logs (their own stderr: why an executor died), kept beside the job's."""
+    if cluster is None:
+        return ""
+    kept = []
+    for stderr in sorted(cluster.folder.glob("work-*/app-*/*/stderr")):
+        target = LOGS / f"{where}-{rows}-{stderr.parent.parent.name}-executor-{stderr.parent.name}.stderr"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(stderr, target)
+        kept.append(target.name)
+    return f"; executor logs kept in {LOGS}: {', '.join(kept)}" if kept else ""
+
+
 class JobFailed(RuntimeError):
     """A job's run did not finish (its log is kept under LOGS)."""
 
@@ -311,7 +324,7 @@ def main() -> None:
                     try:
                         got, seconds, rss = run_validate(lake, master, partitions=args.shuffle_partitions)
                     except JobFailed as e:
-                        print(f"  {rows:>11,} failed: {e}", flush=True)
+                        print(f"  {rows:>11,} failed: {e}{keep_executor_logs(cluster, where, rows)}", flush=True)
                         shutil.rmtree(lake)
                         continue
                     floor = passthrough_seconds(lake, master, args.shuffle_partitions)

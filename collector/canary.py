@@ -97,7 +97,9 @@ class Canary(ReadBack):
         self._layout: TopicLayout | None = None
         self._counters: dict[int, Counters] = {}
         self._in_flight: dict[int, dict[int, int]] = {}   # partition -> seq -> produce wall ms
-        self._read_early: dict[int, dict[int, tuple[int, int]]] = {}  # partition -> seq -> (offset, read ms)
+        # partition -> seq -> every (offset, read ms) it was read at before its acknowledgement: a retried
+        # record can be in the log twice, and both copies can be read before the retry is acknowledged.
+        self._read_early: dict[int, dict[int, list[tuple[int, int]]]] = {}
         self._unplaced: dict[int, dict[int, tuple[int, int]]] = {}    # partition -> seq -> (acked ms, leader)
         self._leaders: dict[int, int] = {}
         self._seeks: dict[int, int] = {}                  # partition -> offset the consumer must read from
@@ -341,7 +343,7 @@ class Canary(ReadBack):
         with self._lock:
             if self._in_flight[p].pop(record.seq, None) is None:
                 return    # already counted (failed when its producer was replaced)
-            read_early = self._read_early[p].pop(record.seq, None)
+            read_early = self._read_early[p].pop(record.seq, [])
             c = self._counters[p]
             if err is not None:   # (read anyway: written despite the error, which acks=all allows)
                 c.failed[kafka_error_name(err)] += 1
@@ -353,8 +355,10 @@ class Canary(ReadBack):
                 # librdkafka reports a retry that the broker found already written (DUPLICATE_SEQUENCE_NUMBER)
                 # as delivered without an offset: the record is remembered where the consumer reads it.
                 c.acked_without_offset += 1
-                if read_early is not None:
-                    self._place_and_read(p, read_early[0], record, now, leader, read_early[1])
+                if read_early:   # remembered at the first copy read; any other is a duplicate of it
+                    self._place_and_read(p, read_early[0][0], record, now, leader, read_early[0][1])
+                    for early_offset, read_ms in read_early[1:]:
+                        self._apply_read(p, early_offset, record, read_ms)
                 else:
                     self._unplaced[p][record.seq] = (now, leader)
                 return
@@ -362,8 +366,8 @@ class Canary(ReadBack):
             if lost:
                 c.lost.extend(lost)
                 self._rescan(p)
-            if read_early is not None:
-                self._apply_read(p, read_early[0], record, read_early[1])
+            for early_offset, read_ms in read_early:
+                self._apply_read(p, early_offset, record, read_ms)
 
     def _on_producer_error(self, err: KafkaError) -> None:
         if err.fatal():

@@ -46,7 +46,7 @@ class ReadBack:
     _state: CanaryState | None
     _counters: dict[int, Counters]
     _in_flight: dict[int, dict[int, int]]
-    _read_early: dict[int, dict[int, tuple[int, int]]]
+    _read_early: dict[int, dict[int, list[tuple[int, int]]]]
     _unplaced: dict[int, dict[int, tuple[int, int]]]
     _seeks: dict[int, int]
     _resets: set[int]
@@ -91,7 +91,7 @@ class ReadBack:
         elif record.seq in self._in_flight[p]:
             # Read before its acknowledgement was handled (the leader answers the fetch and the produce when
             # the high watermark passes it): judged when the acknowledgement comes.
-            self._read_early[p][record.seq] = (offset, now)
+            self._read_early[p].setdefault(record.seq, []).append((offset, now))
             self._state.ledger(p).read_next = offset + 1
             return
         self._state.ledger(p).read_next = offset + 1

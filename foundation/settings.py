@@ -95,6 +95,8 @@ class PostureSettings(GoldJobSettings):
 
 class SloSettings(GoldJobSettings):
     specs: str | None = None            # default conf/slos.yaml
+    # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
+    driver_max_rows: int = Field(default=500_000, ge=0)
 
 
 class ApiSettings(BaseModel):

@@ -41,6 +41,7 @@ from foundation.delta_io import AppVersions, ensure_table, read_rows
 from foundation.settings import PipelineSettings, SettingsError
 from jobs import driver_signals
 from jobs.delta_tables import wait_for_tables
+from jobs.per_cluster import route, step_per_cluster
 from jobs.streaming import (
     add_common_args,
     await_query,
@@ -53,7 +54,7 @@ from jobs.streaming import (
 )
 from pipelines.alert_config import load_alert_config
 from pipelines.alert_engine import AlertEngine
-from pipelines.alert_per_cluster import OUTPUT_SCHEMA, evaluate_cluster, gather, state_payload
+from pipelines.alert_per_cluster import evaluate_cluster, gather, state_bytes
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.alert_signals import SOURCES, shape_union
 from pipelines.alert_state import EngineState, Transition
@@ -153,14 +154,9 @@ class AlertEvaluator:
             return  # fully applied before a restart; the engine state loaded at start includes it
         began = time.monotonic()
         evaluated_at = datetime.now(UTC)
-        batch = batch.persist()
-        try:
-            rows = batch.count()
-            on_executors = rows > self.settings.alerts.driver_max_rows
-            transitions = self._on_executors(batch) if on_executors else self.engine.step(
-                shape_union(batch.toPandas()))
-        finally:
-            batch.unpersist()
+        routed = route(batch, self.settings.alerts.driver_max_rows,
+                       lambda rows: self.engine.step(shape_union(rows)), self._on_executors)
+        transitions = routed.result
         events = event_rows(transitions, batch_id, evaluated_at)
         versions.write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
                             batch_id)
@@ -176,9 +172,9 @@ class AlertEvaluator:
         if self.on_batch is not None:
             self.on_batch(batch_id, events)
         s = self.stats
-        s.batch_id, s.rows_in, s.transitions = batch_id, rows, len(events)
+        s.batch_id, s.rows_in, s.transitions = batch_id, routed.rows, len(events)
         s.batches += 1
-        s.executor_batches += on_executors
+        s.executor_batches += routed.on_executors
         s.firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
         s.total_transitions += len(events)
         s.duration_ms = int((time.monotonic() - began) * 1000)
@@ -192,13 +188,10 @@ class AlertEvaluator:
         """A batch too large to collect: grouped by cluster on the executors, each group evaluated with its
         cluster's state by the same engine (pipelines/alert_per_cluster.py). Only transitions and the evaluated
         clusters' state come back to the driver."""
-        parts = self.engine.state.by_cluster()
-        state = batch.sparkSession.createDataFrame([(c, state_payload(p)) for c, p in parts.items()],
-                                                   "run_id string, state string")
-        evaluate = functools.partial(evaluate_cluster, replace(self.config, receivers=()))  # no secrets shipped
-        out = batch.groupBy("run_id").cogroup(state.groupBy("run_id")).applyInPandas(evaluate, OUTPUT_SCHEMA)
-        transitions, states, late = gather([r.asDict() for r in out.collect()])
-        self.engine.state = self.engine.state.replace_clusters(states)
+        states = {c: state_bytes(p) for c, p in self.engine.state.by_cluster().items()}
+        step = functools.partial(evaluate_cluster, replace(self.config, receivers=()))  # no secrets shipped
+        transitions, stepped, late = gather(step_per_cluster(batch, states, step))
+        self.engine.state = self.engine.state.replace_clusters(stepped)
         self.engine.late += late
         return transitions
 

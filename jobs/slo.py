@@ -7,6 +7,9 @@ pipelines/slo_math.py); each new interval gets a status row: SLI over the rollin
 left, burn rates over 5m/30m/1h/6h/3d, and whether a page or ticket burn condition holds. The alerts job
 reads gold.slo_status and runs those conditions through the same alert lifecycle as every other rule.
 
+A micro-batch of more than `slo.driver_max_rows` rows (a catch-up) is not collected: it is grouped by
+cluster on the executors, each cluster computed there from its own series (pipelines/slo_per_cluster.py).
+
 Restart: the rolling windows are rebuilt from gold.slo_timeslices (only slices of batches whose status is
 committed), and both writes carry the app transaction (isrwatch-slo/<query id>, batch id), so a batch
 replayed after a crash neither double-counts nor duplicates.
@@ -15,6 +18,7 @@ replayed after a crash neither double-counts nor duplicates.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import threading
 from collections.abc import Sequence
@@ -33,6 +37,7 @@ from pyspark.sql import functions as F
 from foundation.delta_io import AppVersions, ensure_table
 from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
+from jobs.per_cluster import route, step_per_cluster
 from jobs.streaming import (
     add_common_args,
     die_here_if_asked,
@@ -43,10 +48,15 @@ from jobs.streaming import (
     wait_started,
 )
 from pipelines.slo_config import load_slos
-from pipelines.slo_math import BudgetSeries, evaluate_batch
+from pipelines.slo_math import BudgetSeries, epoch_ms, evaluate_batch
+from pipelines.slo_per_cluster import evaluate_cluster, gather, series_by_cluster
 from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
+
+
+def _with_epoch_ms(rows: pd.DataFrame) -> pd.DataFrame:
+    return rows.assign(ts=epoch_ms(rows["ts"]))
 
 
 def stream_columns(table: str) -> list[Any]:
@@ -56,19 +66,14 @@ def stream_columns(table: str) -> list[Any]:
     return ["run_id", "ts", "topic", "acks", "records_acked", "records_lost"]
 
 
-_EPOCH = pd.Timestamp(0, tz="UTC")
-
-
-def epoch_ms(ts: pd.Series) -> pd.Series:
-    return (pd.to_datetime(ts, utc=True) - _EPOCH) // pd.Timedelta(milliseconds=1)
-
-
 @dataclass
 class SloStats:
     batch_id: int = -1
     slices: int = 0
     paging: int = 0
     ticketing: int = 0
+    batches: int = 0
+    executor_batches: int = 0   # batches evaluated on the executors (more than slo.driver_max_rows rows)
 
     def describe(self) -> str:
         return f"{self.slices} timeslices, {self.paging} paging, {self.ticketing} ticketing"
@@ -111,20 +116,29 @@ class SloEvaluator:
             return  # applied before a restart; restore() counts its timeslices
         if not self.restored:  # the app id (query id) is known only once the query runs
             self.restore(batch.sparkSession)
-        rows: Any = batch.toPandas()
-        rows["ts"] = epoch_ms(rows["ts"])
-        slices_out, status_out = evaluate_batch(self.slos, self.series, rows, batch_id)
+        routed = route(batch, self.settings.slo.driver_max_rows,
+                       lambda rows: evaluate_batch(self.slos, self.series, _with_epoch_ms(rows), batch_id),
+                       lambda big: self._on_executors(big, batch_id))
+        slices_out, status_out = routed.result
         self._write(SLO_TIMESLICES, slices_out, batch_id)
         die_here_if_asked("slo", batch_id, "after_timeslices")
         self._write(SLO_STATUS, status_out, batch_id)
         s = self.stats
         s.batch_id, s.slices = batch_id, s.slices + sum(len(f) for f in slices_out)
+        s.batches += 1
+        s.executor_batches += routed.on_executors
         latest = [f.iloc[-1] for f in status_out if len(f)]
         s.paging, s.ticketing = sum(bool(r["page"]) for r in latest), sum(bool(r["ticket"]) for r in latest)
         if batch_id > 0 and batch_id % self.settings.slo.maintain_every_batches == 0:
             from foundation.delta_io import compact_and_checkpoint
 
             compact_and_checkpoint(lake, (SLO_TIMESLICES, SLO_STATUS))
+
+    def _on_executors(self, batch: DataFrame, batch_id: int) -> tuple[list[pd.DataFrame], list[pd.DataFrame]]:
+        """A batch too large to collect: grouped by cluster on the executors, each cluster's timeslices and
+        statuses computed there from its own series (pipelines/slo_per_cluster.py)."""
+        step = functools.partial(evaluate_cluster, self.slos, batch_id)
+        return gather(self.slos, step_per_cluster(batch, series_by_cluster(self.series), step), self.series)
 
     def _write(self, td: Any, frames: list[pd.DataFrame], batch_id: int) -> None:
         # An empty batch is still committed: its app transaction is what a replay checks.
@@ -156,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     add_common_args(p)
     p.add_argument("--slos", default=None, help="SLO specs (default conf/slos.yaml)")
+    p.add_argument("--driver-max-rows", type=int, default=None, metavar="N",
+                   help="evaluate a micro-batch of more rows on the executors (default slo.driver_max_rows)")
     return p
 
 
@@ -163,7 +179,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def load() -> tuple[PipelineSettings, tuple[Slo, ...]]:
-        settings = load_job_settings(args, "slo", {"slo.specs": args.slos})
+        settings = load_job_settings(args, "slo", {"slo.specs": args.slos,
+                                                   "slo.driver_max_rows": args.driver_max_rows})
         return settings, load_slos(settings.slo.specs)
 
     return run_job("slo", load, (SettingsError, SloConfigError), start_slo, verbose=args.verbose)

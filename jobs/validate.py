@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -138,7 +139,9 @@ class UnionValidator:
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         wait_started(self, "validate")
         began = time.monotonic()
-        batch = batch.persist()
+        # Cached while it is counted and routed, so the source and the de-duplication run once. On disk only:
+        # cached in memory, a 10M-row catch-up ran a 4 GB executor out of heap while the cache unrolled it.
+        batch = batch.persist(StorageLevel.DISK_ONLY)
         try:
             rows = batch.count()
             if rows == 0:

@@ -29,6 +29,11 @@ SeriesKey = tuple[str, str]   # (SLO name, cluster)
 EXACT_HORIZON_MS = BURN_WINDOWS["6h"]
 BUCKET_MS = 60_000
 SLICE_COLUMNS = ["run_id", "ts", "bad", "total"]
+_EPOCH = pd.Timestamp(0, tz="UTC")
+
+
+def epoch_ms(ts: pd.Series) -> pd.Series:
+    return (pd.to_datetime(ts, utc=True) - _EPOCH) // pd.Timedelta(milliseconds=1)
 
 
 def timeslices(slo: Slo, rows: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,6 @@
 """The engine run cluster by cluster (as the alerts job runs it on the executors for a large batch) gives the
 transitions and state of one engine over every cluster at once: the same samples, batch after batch, through
-the per-cluster path's text round trip (pipelines/alert_per_cluster.py)."""
+the per-cluster path's round trip through bytes (pipelines/alert_per_cluster.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from pipelines.alert_engine import AlertEngine
-from pipelines.alert_per_cluster import gather, state_payload, step_cluster
+from pipelines.alert_per_cluster import gather, state_bytes, step_cluster
 from pipelines.alert_rules import AlertConfigError, parse_alert_config
 from pipelines.alert_state import EngineState, Transition
 from tests.alerts.test_engine import CONFIG, at, controller, partitions
@@ -67,15 +67,15 @@ def batches() -> list[dict[str, pd.DataFrame]]:
 
 def per_cluster(state: EngineState, frames: dict[str, pd.DataFrame]) -> tuple[list[Transition], EngineState, int]:
     """What the job's executor route does with one batch, less Spark: split the state and the samples per
-    cluster, step each cluster from and to text, gather."""
+    cluster, step each cluster from and to bytes, gather."""
     parts = state.by_cluster()
     clusters = sorted({str(c) for f in frames.values() for c in f["run_id"]})
-    rows = []
+    results = {}
     for c in clusters:
         mine = {name: f[f["run_id"] == c].reset_index(drop=True) for name, f in frames.items()}
-        rows += step_cluster(CONFIG, c, {n: f for n, f in mine.items() if len(f)},
-                             state_payload(parts[c]) if c in parts else None)
-    transitions, states, late = gather(rows)
+        results[c] = step_cluster(CONFIG, {n: f for n, f in mine.items() if len(f)},
+                                  state_bytes(parts[c]) if c in parts else None)
+    transitions, states, late = gather(results)
     return transitions, state.replace_clusters(states), late
 
 

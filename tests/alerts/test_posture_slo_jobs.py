@@ -18,6 +18,8 @@ import pandas as pd
 import pytest
 
 from foundation.delta_io import read_rows
+from foundation.settings import load_settings
+from jobs.slo import start_slo
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
 from tests.lakes import UNCLEAN
@@ -85,6 +87,29 @@ def test_slo_windows_match_silver_and_burn_pages_where_budget_went(spark: Any, s
     assert lost["bad_window"] == 2.0
     objective = 0.99999
     assert lost["error_budget_remaining"] == pytest.approx(1 - (2 / lost["total_window"]) / (1 - objective))
+
+
+def test_a_batch_over_driver_max_rows_is_evaluated_per_cluster_on_the_executors_with_the_same_rows(
+        spark: Any, silver_lake: str, tmp_path: Path) -> None:
+    """The SLO job again over the three clusters' silver, every micro-batch grouped by cluster on the executors:
+    the timeslices and statuses of the `silver_lake` run (on the driver), row for row."""
+    lake = str(tmp_path / "lake")
+    shutil.copytree(silver_lake, lake, ignore=shutil.ignore_patterns("slo_timeslices", "slo_status", "_checkpoints"))
+    settings = load_settings(overrides={"lakehouse": lake, "slo.trigger": "available-now",
+                                        "slo.wait_for_tables_seconds": 0, "slo.driver_max_rows": 0})
+    query, evaluator = start_slo(spark, settings, log=lambda _: None)
+    query.awaitTermination()
+    assert query.exception() is None, query.exception()
+    assert evaluator.stats.batches >= 1 and evaluator.stats.executor_batches == evaluator.stats.batches
+
+    def rows(td: Any, at: str) -> list[tuple[Any, ...]]:
+        f = frame(td, at).drop(columns="slo_batch_id")
+        return sorted(f.astype(str).itertuples(index=False, name=None))
+
+    for td in (SLO_TIMESLICES, SLO_STATUS):
+        got, expected = rows(td, lake), rows(td, silver_lake)
+        assert len(got) > 100 and got == expected, td.name
+    assert {c for c in frame(SLO_STATUS, lake)["cluster"]} == {"healthy-s3", "lose-two-s3", UNCLEAN}
 
 
 # A slow test (make test-all): the alerts job's kill-and-restart test in make test covers the gold jobs' shared

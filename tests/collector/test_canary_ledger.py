@@ -8,6 +8,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
+from collector.canary import Canary
+from collector.canary_read import Counters
 from collector.canary_state import (
     CanaryState,
     CanaryStateError,
@@ -106,3 +108,62 @@ def test_values_error_names_latencies_and_config_checks() -> None:
         CanaryConfig("127.0.0.1:9092", records_per_second=0)
     with pytest.raises(ValueError, match="min_insync_replicas"):
         CanaryConfig("127.0.0.1:9092", topic_config={"min.insync.replicas": "1"})
+
+
+class _Message:
+    """What the canary reads of a confluent_kafka Message (a delivery report or a consumed record)."""
+
+    def __init__(self, partition: int, offset: int, value: bytes) -> None:
+        self._partition, self._offset, self._value = partition, offset, value
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def value(self) -> bytes:
+        return self._value
+
+
+def _canary_with_in_flight(tmp_path: Path, seqs: range) -> tuple[Canary, str]:
+    """A canary as start() leaves it for partition 0, with `seqs` produced and not yet acknowledged."""
+    canary = Canary(CanaryConfig("127.0.0.1:9092"), tmp_path)
+    instance = "00112233aabbccdd"
+    canary._state = CanaryState("cluster", "canary", "topic-id", instance)
+    canary._counters[0], canary._in_flight[0], canary._read_early[0], canary._unplaced[0] = Counters(), {}, {}, {}
+    canary._leaders[0] = 1
+    for seq in seqs:
+        canary._in_flight[0][seq] = 1_000 + seq
+    return canary, instance
+
+
+def test_both_copies_of_a_retried_record_read_before_its_acknowledgement_make_a_duplicate(tmp_path: Path) -> None:
+    """A retry written again after its first copy: the consumer reads both copies (offsets 227 and 249) before
+    the producer's acknowledgement (of 249) arrives. The copy at 227 is a duplicate, not forgotten."""
+    canary, instance = _canary_with_in_flight(tmp_path, range(167, 169))
+    for seq, first, retried in ((167, 227, 249), (168, 228, 250)):
+        value = encode_value(instance, 0, seq, 1_000 + seq)
+        canary._on_message(_Message(0, first, value), 2_000)   # type: ignore[arg-type]
+        canary._on_message(_Message(0, retried, value), 2_001)  # type: ignore[arg-type]
+    for seq, retried in ((167, 249), (168, 250)):
+        canary._on_delivery(None, _Message(0, retried, encode_value(instance, 0, seq, 1_000 + seq)))  # type: ignore[arg-type]
+    c = canary._counters[0]
+    assert [(d.seq, d.acked_offset, d.read_offset) for d in c.duplicates] == [(167, 249, 227), (168, 250, 228)]
+    assert c.acked == 2 and c.confirmed == 2 and c.lost == []
+
+
+def test_without_an_acknowledged_offset_the_first_copy_read_is_remembered_and_the_other_is_a_duplicate(
+        tmp_path: Path) -> None:
+    canary, instance = _canary_with_in_flight(tmp_path, range(5, 6))
+    value = encode_value(instance, 0, 5, 1_005)
+    canary._on_message(_Message(0, 10, value), 2_000)   # type: ignore[arg-type]
+    canary._on_message(_Message(0, 12, value), 2_001)   # type: ignore[arg-type]
+    canary._on_delivery(None, _Message(0, -1, value))    # type: ignore[arg-type]
+    c = canary._counters[0]
+    assert c.acked_without_offset == 1 and c.confirmed == 1
+    assert list(canary._state.ledger(0).acked_records()) == [(10, 5)]  # type: ignore[union-attr]
+    assert [(d.seq, d.acked_offset, d.read_offset) for d in c.duplicates] == [(5, 10, 12)]
