@@ -188,10 +188,11 @@ class AlertEvaluator:
         """A batch too large to collect: grouped by cluster on the executors, each group evaluated with its
         cluster's state by the same engine (pipelines/alert_per_cluster.py). Only transitions and the evaluated
         clusters' state come back to the driver."""
-        states = {c: state_bytes(p) for c, p in self.engine.state.by_cluster().items()}
+        parts = self.engine.state.by_cluster()
         step = functools.partial(evaluate_cluster, replace(self.config, receivers=()))  # no secrets shipped
+        states = {c: state_bytes(p) for c, p in parts.items()}
         transitions, stepped, late = gather(step_per_cluster(batch, states, step))
-        self.engine.state = self.engine.state.replace_clusters(stepped)
+        self.engine.state = EngineState.joined({**parts, **stepped}.values())  # clusters not in the batch kept
         self.engine.late += late
         return transitions
 

@@ -48,15 +48,11 @@ from jobs.streaming import (
     wait_started,
 )
 from pipelines.slo_config import load_slos
-from pipelines.slo_math import BudgetSeries, epoch_ms, evaluate_batch
+from pipelines.slo_math import BudgetSeries, epoch_ms, evaluate_batch, with_epoch_ms
 from pipelines.slo_per_cluster import evaluate_cluster, gather, series_by_cluster
 from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
-
-
-def _with_epoch_ms(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows.assign(ts=epoch_ms(rows["ts"]))
 
 
 def stream_columns(table: str) -> list[Any]:
@@ -117,7 +113,7 @@ class SloEvaluator:
         if not self.restored:  # the app id (query id) is known only once the query runs
             self.restore(batch.sparkSession)
         routed = route(batch, self.settings.slo.driver_max_rows,
-                       lambda rows: evaluate_batch(self.slos, self.series, _with_epoch_ms(rows), batch_id),
+                       lambda rows: evaluate_batch(self.slos, self.series, with_epoch_ms(rows), batch_id),
                        lambda big: self._on_executors(big, batch_id))
         slices_out, status_out = routed.result
         self._write(SLO_TIMESLICES, slices_out, batch_id)

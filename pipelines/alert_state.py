@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 OPEN = ("pending", "firing")
@@ -125,11 +126,11 @@ class EngineState:
             part(c).last_hw[c] = hw
         return {c: parts[c] for c in sorted(parts)}
 
-    def replace_clusters(self, parts: dict[str, EngineState]) -> EngineState:
-        """This state with the given clusters' parts replaced by `parts` (the others kept as they are)."""
-        kept = {c: p for c, p in self.by_cluster().items() if c not in parts}
-        out = EngineState()
-        for p in [*kept.values(), *parts.values()]:
+    @classmethod
+    def joined(cls, parts: Iterable[EngineState]) -> EngineState:
+        """One state from per-cluster parts (`by_cluster`'s, some of them stepped since)."""
+        out = cls()
+        for p in parts:
             out.alerts.update(p.alerts)
             out.last_seen.update(p.last_seen)
             out.windows.update(p.windows)

@@ -36,6 +36,11 @@ def epoch_ms(ts: pd.Series) -> pd.Series:
     return (pd.to_datetime(ts, utc=True) - _EPOCH) // pd.Timedelta(milliseconds=1)
 
 
+def with_epoch_ms(rows: pd.DataFrame) -> pd.DataFrame:
+    """Silver rows with `ts` in epoch ms, as `evaluate_batch` takes them."""
+    return rows.assign(ts=epoch_ms(rows["ts"]))
+
+
 def timeslices(slo: Slo, rows: pd.DataFrame) -> pd.DataFrame:
     """Per (run_id, ts): the SLO's bad and total events, from silver partition_state or ack_ledger rows.
 

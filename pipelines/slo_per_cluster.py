@@ -13,7 +13,7 @@ import pickle
 
 import pandas as pd
 
-from pipelines.slo_math import BudgetSeries, SeriesKey, epoch_ms, evaluate_batch
+from pipelines.slo_math import BudgetSeries, SeriesKey, evaluate_batch, with_epoch_ms
 from pipelines.slo_spec import Slo
 
 Frames = list[pd.DataFrame]
@@ -32,7 +32,7 @@ def evaluate_cluster(slos: tuple[Slo, ...], batch_id: int, cluster: str, rows: p
     """One cluster's rows of the SLO job's union (tagged with `_source`, `ts` a timestamp) and its series ->
     (timeslice frames, status frames, the cluster's series), pickled."""
     series: dict[SeriesKey, BudgetSeries] = pickle.loads(state) if state is not None else {}
-    slices, status = evaluate_batch(slos, series, rows.assign(ts=epoch_ms(rows["ts"])), batch_id)
+    slices, status = evaluate_batch(slos, series, with_epoch_ms(rows), batch_id)
     return pickle.dumps((slices, status, series))
 
 

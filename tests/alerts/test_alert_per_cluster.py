@@ -76,7 +76,7 @@ def per_cluster(state: EngineState, frames: dict[str, pd.DataFrame]) -> tuple[li
         results[c] = step_cluster(CONFIG, {n: f for n, f in mine.items() if len(f)},
                                   state_bytes(parts[c]) if c in parts else None)
     transitions, states, late = gather(results)
-    return transitions, state.replace_clusters(states), late
+    return transitions, EngineState.joined({**parts, **states}.values()), late
 
 
 def test_per_cluster_evaluation_equals_one_engine_over_all_clusters() -> None:
@@ -108,10 +108,10 @@ def test_the_state_splits_by_cluster_and_joins_back_as_it_was() -> None:
     parts = engine.state.by_cluster()
     assert sorted(parts) == ["c1", "c2", "c3"]
     assert all(a.cluster == c for c, p in parts.items() for a in p.alerts.values())
-    assert EngineState().replace_clusters(parts).to_rows() == engine.state.to_rows()
-    # Replacing one cluster keeps the others' entries untouched.
-    assert EngineState().replace_clusters({"c2": parts["c2"]}).to_rows() == parts["c2"].to_rows()
-    kept = engine.state.replace_clusters({"c1": EngineState()})
+    assert EngineState.joined(parts.values()).to_rows() == engine.state.to_rows()
+    # One part joins to itself; replacing one cluster's part keeps the others' entries untouched.
+    assert EngineState.joined([parts["c2"]]).to_rows() == parts["c2"].to_rows()
+    kept = EngineState.joined({**parts, "c1": EngineState()}.values())
     assert not [a for a in kept.alerts.values() if a.cluster == "c1"]
     assert kept.by_cluster()["c2"].to_rows() == parts["c2"].to_rows()
 
