@@ -4,14 +4,17 @@
 
 For each size, a bronze lakehouse whose broker_metrics holds that many rows (copies of one emulator run under
 distinct run ids, so every row is unique) is validated as ONE micro-batch by `isrwatch submit validate` with
-`--ge-engine spark` (the route a catch-up batch above `ge_pandas_max_rows` takes): context, expectations,
-routing, Great Expectations and the silver writes as Spark jobs. Printed per size:
+`--ge-pandas-max-rows 50000`, the route a catch-up batch takes: broker_metrics's context, expectations,
+routing, Great Expectations and silver writes as Spark jobs, the few runs rows on the driver. Printed per size:
 - rows/s: the batch's rows over its duration as validate records it in silver.dq_runs;
 - the pass-through floor: the same Delta table copied to another by a streaming query with nothing else
   done (same master, same session settings), and validate / floor;
 - peak RSS (VmHWM) of the driver's JVM and of its Python process. With `local[2]` the driver's JVM also
   runs the tasks (and gets the executor's memory, 6 GB); on the standalone cluster (one worker, 2 cores, a
-  4 GB executor) they run in the worker's executor and the driver has 2 GB.
+  4 GB executor) they run in the worker's executor and the driver has 2 GB (`--driver-memory`);
+- the batch's steps as the job itself reports them (jobs/step_clock.py), the largest first, its first step
+  (source, de-duplication, cache) beside the de-duplication floor: validate's own source over the same bronze,
+  cached and counted, nothing else (bench/floor_queries.py).
 Then, unless --no-alerts, the alerts job over that silver as one micro-batch on each of its routes: collected
 to the driver, and grouped by cluster on the executors (`--driver-max-rows 0`): seconds, transitions, driver
 peak RSS. Figures are printed, never asserted.
@@ -39,6 +42,7 @@ import yaml
 from deltalake import DeltaTable
 
 from foundation.delta_checksum import write_with_checksum
+from jobs.step_clock import parse_steps
 from schemas.bronze import BROKER_METRICS, RUNS
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from schemas.silver import DQ_RUNS, SILVER_TABLES
@@ -51,6 +55,10 @@ CHUNK_ROWS = 1_000_000  # rows per bronze commit: large commits, as a catch-up a
 DRIVER_MEMORY = "2g"
 EXECUTOR_MEMORY = "4g"
 LOGS = Path(tempfile.gettempdir()) / "isrwatch-bench-batch-sizes-logs"   # a failed run's log, kept
+# Below the smallest batch's broker_metrics rows, above its runs rows: broker_metrics takes the executor route at
+# every size, runs the driver route, as in a catch-up (jobs/validate_routes.py `driver_share`).
+DRIVER_MAX_ROWS = 50_000
+DEDUP_STEP = "source, de-duplication and cache"  # jobs/validate.py's first step
 LOCAL_DRIVER_MEMORY = "6g"  # with local[2] the driver's JVM is the executor too: it gets the executor's share
 
 
@@ -95,6 +103,14 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _is_python_driver(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return Path(argv[0].decode()).name.startswith("python") and b"pyspark.daemon" not in argv
+
+
 def _peak_kib(pid: int) -> int | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -122,7 +138,9 @@ class PeakRss:
         while not self.done.is_set():
             for jvm in _children(self.submit_pid):
                 self.jvm_kib = max(self.jvm_kib, _peak_kib(jvm) or 0)
-                for python in _children(jvm):
+                # The Python driver only: not Spark's Python worker daemon (local mode), nor a child the JVM spawns
+                # for a shell command, which shares the JVM's memory until it execs (its VmHWM reads as the JVM's).
+                for python in (c for c in _children(jvm) if _is_python_driver(c)):
                     self.python_kib = max(self.python_kib, _peak_kib(python) or 0)
             time.sleep(0.2)
 
@@ -167,15 +185,23 @@ class JobFailed(RuntimeError):
     """A job's run did not finish (its log is kept under LOGS)."""
 
 
-def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY,
-                 partitions: int = 4) -> tuple[int, float, PeakRss]:
-    """`isrwatch submit validate` over `lake` as one micro-batch on the executor route: (rows, seconds, RSS)."""
-    driver_memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY
+@dataclass
+class ValidateRun:
+    rows: int
+    seconds: float
+    rss: PeakRss
+    steps: dict[str, float]  # the job's own breakdown of the batch (jobs/step_clock.py)
+
+
+def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY, partitions: int = 4,
+                 driver_memory: str = DRIVER_MEMORY) -> ValidateRun:
+    """`isrwatch submit validate` over `lake` as one micro-batch on the executor route."""
+    memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else driver_memory
     cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "validate", "--master", master,
-           "--driver-memory", driver_memory, "--executor-memory", executor_memory,
+           "--driver-memory", memory, "--executor-memory", executor_memory,
            "--conf", f"spark.sql.shuffle.partitions={partitions}", "--",
            "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
-           "--ge-engine", "spark", "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
+           "--ge-pandas-max-rows", str(DRIVER_MAX_ROWS), "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
     log = lake.parent / f"{lake.name}-validate.log"
     returncode, rss = run_submit(cmd, log)
     if returncode != 0:
@@ -186,7 +212,15 @@ def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY
     metrics = [d for d in dq if d["table_name"] == "broker_metrics"]
     if len(metrics) != 1:
         raise RuntimeError(f"expected one micro-batch, validate made {len(metrics)}")
-    return metrics[0]["rows_in"], metrics[0]["batch_duration_ms"] / 1000, rss
+    return ValidateRun(metrics[0]["rows_in"], metrics[0]["batch_duration_ms"] / 1000, rss,
+                       parse_steps(log.read_text()))
+
+
+def print_steps(steps: dict[str, float], dedup_floor: float) -> None:
+    """The batch's steps, the largest first, the de-duplication beside its floor."""
+    for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
+        beside = f"   (floor: validate's source alone, {dedup_floor:.1f} s)" if step == DEDUP_STEP else ""
+        print(f"  {'':>11}   {seconds:>7.1f} s  {step}{beside}", flush=True)
 
 
 # The default rules that read broker_metrics alone: the bench's silver holds no other table.
@@ -231,27 +265,15 @@ def run_alerts(lake: Path, master: str, driver_max_rows: int, partitions: int = 
     return AlertsRun(int(done.group(1)), float(done.group(4)), done.group(2) == "1", rss)
 
 
-def passthrough_seconds(lake: Path, master: str, partitions: int = 4) -> float:
-    """The floor: broker_metrics copied to another Delta table by one streaming micro-batch, nothing else."""
-    code = f"""
-import sys, time
-sys.path.insert(0, {str(ROOT)!r})
-from foundation.spark import build_spark_session
-memory = {LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY!r}
-spark = build_spark_session("isrwatch-bench-floor", master={master!r},
-                            conf={{"spark.sql.shuffle.partitions": "{partitions}",
-                                  "spark.executor.memory": {EXECUTOR_MEMORY!r}, "spark.driver.memory": memory}})
-query = (spark.readStream.format("delta").option("maxFilesPerTrigger", 100000).load({BROKER_METRICS.path(str(lake))!r})
-         .writeStream.format("delta").option("checkpointLocation", {str(lake / "_floor_ckpt")!r})
-         .trigger(availableNow=True).start({str(lake / "floor")!r}))
-query.awaitTermination()
-batches = [p for p in query.recentProgress if p["numInputRows"] > 0]
-print(sum(p["durationMs"]["triggerExecution"] for p in batches) / 1000)
-"""
-    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
+def floor_seconds(kind: str, lake: Path, master: str, partitions: int = 4, driver_memory: str = DRIVER_MEMORY) -> float:
+    """A floor (bench/floor_queries.py: `passthrough` or `dedup`) over the same bronze, in a fresh JVM: seconds."""
+    memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else driver_memory
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "floor_queries.py"), kind, "--lake", str(lake),
+                           "--master", master, "--partitions", str(partitions), "--driver-memory", memory],
+                          cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     if done.returncode != 0:
-        raise RuntimeError(f"pass-through failed: {done.stderr[-3000:]}")
+        raise RuntimeError(f"{kind} floor failed: {done.stderr[-3000:]}")
     return float(done.stdout.strip().splitlines()[-1])
 
 
@@ -278,7 +300,8 @@ def kill_a_worker(base: Path, bronze_lake: Path, rows: int) -> None:
     try:
         killer = threading.Timer(30.0, lambda: cluster.kill_worker(1))
         killer.start()
-        got, seconds, _ = run_validate(lake, cluster.master_url, executor_memory="2g")
+        run = run_validate(lake, cluster.master_url, executor_memory="2g")
+        got, seconds = run.rows, run.seconds
         killer.join()
         key = list(BROKER_METRICS.natural_key)
         silver = DeltaTable(SILVER_TABLES["broker_metrics"].path(str(lake))).to_pyarrow_table(columns=key)
@@ -296,6 +319,8 @@ def main() -> None:
     p.add_argument("--where", default="local,cluster", help="local ('local[2]'), cluster (standalone, 1 worker)")
     p.add_argument("--shuffle-partitions", type=int, default=4,
                    help="spark.sql.shuffle.partitions of every run (validate's de-duplication state keeps it)")
+    p.add_argument("--driver-memory", default=DRIVER_MEMORY,
+                   help="the driver's memory on the cluster (local[2] gets the executor's share, 6g)")
     p.add_argument("--no-alerts", dest="alerts", action="store_false",
                    help="skip the alerts job on each route after validate")
     p.add_argument("--kill-worker-rows", type=int, default=1_000_000,
@@ -322,15 +347,19 @@ def main() -> None:
                     lake = base / f"{where}-{rows}"
                     shutil.copytree(bronze_lake, lake)
                     try:
-                        got, seconds, rss = run_validate(lake, master, partitions=args.shuffle_partitions)
+                        run = run_validate(lake, master, partitions=args.shuffle_partitions,
+                                           driver_memory=args.driver_memory)
                     except JobFailed as e:
                         print(f"  {rows:>11,} failed: {e}{keep_executor_logs(cluster, where, rows)}", flush=True)
                         shutil.rmtree(lake)
                         continue
-                    floor = passthrough_seconds(lake, master, args.shuffle_partitions)
+                    got, seconds, rss = run.rows, run.seconds, run.rss
+                    floor = floor_seconds("passthrough", lake, master, args.shuffle_partitions, args.driver_memory)
                     print(f"  {got:>11,} {seconds:>10.1f} {got / seconds:>9,.0f} {floor:>8.1f} {got / floor:>12,.0f} "
                           f"{seconds / floor:>13.1f}x {rss.jvm_kib / 1024:>19,.0f} {rss.python_kib / 1024:>22,.0f}",
                           flush=True)
+                    print_steps(run.steps, floor_seconds("dedup", lake, master, args.shuffle_partitions,
+                                                         args.driver_memory))
                     if args.alerts:
                         alerts_side_by_side(lake, master, got, args.shuffle_partitions)
                     shutil.rmtree(lake)

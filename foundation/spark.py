@@ -219,6 +219,10 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
         "spark.sql.streaming.stateStore.providerClass":
             "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+        # Counting the store's rows costs a RocksDB read before every write; nothing reads the count (the
+        # query progress's numRowsTotal), and a 10M-row catch-up's de-duplication took 143 s with it, 113 s
+        # without (the state store's 2nd largest cost after its writes).
+        "spark.sql.streaming.stateStore.rocksdb.trackTotalNumberOfRows": "false",
     }
     on_store = lakehouse is not None and object_store.is_object_store(lakehouse)
     if on_store:

@@ -48,12 +48,14 @@ from jobs.delta_tables import (
     is_delta_table,
     wait_for_tables,
 )
+from jobs.step_clock import StepClock
 from jobs.streaming import await_query, die_here_if_asked, wait_started
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
     DriverContext,
     SparkRoute,
     TableCheck,
+    driver_share,
     route_on_driver,
 )
 from pipelines.context import (
@@ -112,6 +114,7 @@ class UnionValidator:
     table_stats: dict[str, BatchStats] = field(default_factory=dict)
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
+    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
 
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
@@ -138,7 +141,7 @@ class UnionValidator:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         wait_started(self, "validate")
-        began = time.monotonic()
+        clock = StepClock()
         # Cached while it is counted and routed, so the source and the de-duplication run once. On disk only:
         # cached in memory, a 10M-row catch-up ran a 4 GB executor out of heap while the cache unrolled it.
         batch = batch.persist(StorageLevel.DISK_ONLY)
@@ -146,12 +149,16 @@ class UnionValidator:
             rows = batch.count()
             if rows == 0:
                 return  # watermark-only batch: nothing to write
+            clock.lap("source, de-duplication and cache")
             v = self.settings.validate_
-            engine = v.ge_engine if v.ge_engine != "auto" else ("pandas" if rows <= v.ge_pandas_max_rows else "spark")
-            checks = self._on_driver(batch, batch_id) if engine == "pandas" else self._in_spark(batch, batch_id)
+            on_driver = v.ge_engine == "pandas" or (v.ge_engine == "auto" and rows <= v.ge_pandas_max_rows)
+            checks = self._on_driver(batch, batch_id) if on_driver else self._split(batch, batch_id, clock)
         finally:
             batch.unpersist()
-        self._record(checks, batch_id, began)
+        self._record(checks, batch_id, clock.started)
+        if not on_driver:  # minutes of work: say where they went (live batches stay quiet)
+            clock.lap("dq record")
+            self.log(clock.line(batch_id, rows))
 
     def _on_driver(self, batch: DataFrame, batch_id: int) -> list[tuple[TableCheck, int]]:
         """The batch collected once through Arrow and routed per table on the driver: no other Spark job.
@@ -174,17 +181,26 @@ class UnionValidator:
                            _max_micros(rows.column("ingested_at"))))
         return [(r.checked(self.ge, batch_id), at_us) for r, at_us in routed]
 
-    def _in_spark(self, batch: DataFrame, batch_id: int) -> list[tuple[TableCheck, int]]:
-        """A batch too large for the driver: each table routed by Spark, GE's Spark engine validating."""
-        present = {r["_table"]: r["at_us"] for r in batch.groupBy("_table").agg(
-            F.unix_micros(F.max("ingested_at")).alias("at_us")).collect()}
+    def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[TableCheck, int]]:
+        """A batch too large for the driver: its small tables that fit within `ge_pandas_max_rows` together are
+        collected and routed on the driver (on Spark each costs seconds of jobs, whatever its size); every other
+        table is routed by Spark, GE's Spark engine validating (all of them with `ge_engine: spark`)."""
+        present = {r["_table"]: (r["rows"], r["at_us"]) for r in batch.groupBy("_table").agg(
+            F.count(F.lit(1)).alias("rows"), F.unix_micros(F.max("ingested_at")).alias("at_us")).collect()}
+        clock.lap("tables present")
+        v = self.settings.validate_
+        small = (set() if v.ge_engine == "spark"
+                 else driver_share({t: n for t, (n, _) in present.items()}, v.ge_pandas_max_rows))
         checks = []
+        if small:
+            checks = self._on_driver(batch.where(F.col("_table").isin(sorted(small))), batch_id)
+            clock.lap(f"{' and '.join(t.name for t in self.tables if t.name in small)} on the driver")
         for td in self.tables:
-            if td.name not in present:
+            if td.name not in present or td.name in small:
                 continue
             rows = batch.where(F.col("_table") == td.name).select(f"{_table_column(td.name)}.*", "ingested_at")
-            check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name))
-            checks.append((check, present[td.name]))
+            check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name), clock)
+            checks.append((check, present[td.name][1]))
         return checks
 
     def _record(self, checks: list[tuple[TableCheck, int]], batch_id: int, began: float) -> None:
@@ -318,7 +334,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/validate/union"
     starting = continue_from_per_table_checkpoints(spark, settings.checkpoint_root, checkpoint,
                                                    [td.name for td in tables], log)
-    validator = UnionValidator(spark, settings, tables)
+    validator = UnionValidator(spark, settings, tables, log=log)
     writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
               .foreachBatch(validator).option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
@@ -347,6 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trigger", choices=["live", "available-now"], default=None)
     p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
     p.add_argument("--ge-engine", choices=["auto", "pandas", "spark"], default=None)
+    p.add_argument("--ge-pandas-max-rows", type=int, default=None,
+                   help="with --ge-engine auto: most rows of a micro-batch checked on the driver")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
@@ -362,7 +380,8 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
         "lakehouse": args.lakehouse, "checkpoints": args.checkpoints,
         "validate.tables": args.tables.split(",") if args.tables else None,
         "validate.trigger": args.trigger, "validate.trigger_interval": args.trigger_interval,
-        "validate.ge_engine": args.ge_engine, "validate.max_files_per_trigger": args.max_files_per_trigger,
+        "validate.ge_engine": args.ge_engine, "validate.ge_pandas_max_rows": args.ge_pandas_max_rows,
+        "validate.max_files_per_trigger": args.max_files_per_trigger,
         "validate.wait_for_tables_seconds": args.wait_for_tables,
     })
     settings.spark.update(spark_conf)

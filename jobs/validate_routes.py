@@ -1,6 +1,7 @@
 """How validate routes one bronze table's rows of a micro-batch to silver and quarantine.
 
-Two routes, the same outcome (rows, verdict, reasons, writes, markers):
+Two routes, the same outcome (rows, verdict, reasons, writes, markers); a large micro-batch's small tables
+take the driver route (`driver_share`), the others the Spark route:
 - `route_on_driver`: the batch was collected to the driver (live batches): context and expectations
   are evaluated on that Arrow table and silver and quarantine appended from it, with no Spark job at all
   (pipelines/arrow_expectations.py, pipelines/driver_context.py); Great Expectations' pandas engine then
@@ -25,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from foundation.batch_appender import BatchAppender
+from jobs.step_clock import StepClock
 from jobs.streaming import die_here_if_asked
 from pipelines.arrow_expectations import evaluate, failures
 from pipelines.context import (
@@ -57,11 +59,26 @@ from schemas.table import TableDef
 # small file per shuffle partition, and readers taking a file per trigger (the alerts job's catch-up)
 # would see one metric interval split across micro-batches.
 SINGLE_FILE_MAX_ROWS = 1_000_000
+# The executor route's steps for one table, in order, as its StepClock line names them ("<table> <step>").
+CONTEXT, GE, SILVER, QUARANTINE, NEWEST = ROUTE_STEPS = (
+    "context and expectations", "great expectations", "silver", "quarantine", "newest values")
 
 
 class ValidationMismatch(Exception):
     """Raised when Great Expectations and the row-level routing disagree on a batch (its dq record is not
     written, so the batch is replayed, and fails again, at the next start)."""
+
+
+def driver_share(rows_per_table: dict[str, int], max_rows: int) -> set[str]:
+    """The tables of a large micro-batch routed on the driver: the smallest first (by rows, then name), as many as
+    fit within `max_rows` together, so the driver never holds more rows than a batch it would route whole."""
+    chosen, held = set(), 0
+    for name, rows in sorted(rows_per_table.items(), key=lambda kv: (kv[1], kv[0])):
+        if held + rows > max_rows:
+            break
+        chosen.add(name)
+        held += rows
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -209,7 +226,7 @@ class SparkRoute:
         """Built on the route's first batch: live runs may never take it (building costs ~0.2 s a table)."""
         return CompiledExpectations(self.td.expectations)
 
-    def route(self, rows: DataFrame, batch_id: int, appender: BatchAppender) -> TableCheck:
+    def route(self, rows: DataFrame, batch_id: int, appender: BatchAppender, clock: StepClock) -> TableCheck:
         td = self.td
         ts = "ts" if "ts" in rows.columns else "end_ts"
         head = rows.agg(F.unix_micros(F.min(ts)).alias("min_ts_us"), F.collect_set("run_id").alias("runs")).first()
@@ -218,13 +235,16 @@ class SparkRoute:
         flagged = self.compiled.with_failure_flags(self._with_context(rows, runs, head["min_ts_us"])).persist()
         try:
             rows_in, rows_valid, counts = failure_counts(flagged, td.expectations)
+            clock.lap(f"{td.name} {CONTEXT}")
             outcome = self.ge.validate_dataframe(td, flagged.drop(*self.compiled.flags, VALID))
             verified(td, batch_id, counts, outcome)
+            clock.lap(f"{td.name} {GE}")
             silver, quarantine = SILVER_TABLES[td.name], QUARANTINE_TABLES[td.name]
             if rows_valid:
                 valid = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
                 appender.append(_few_files(valid, rows_valid), silver.path(self.lakehouse), batch_id)
             die_here_if_asked(td.name, batch_id, "after_silver")
+            clock.lap(f"{td.name} {SILVER}")
             if rows_valid < rows_in:
                 rejected = (flagged.where(~F.col(VALID))
                             .withColumn(FAILURES, self.compiled.failures)
@@ -233,12 +253,14 @@ class SparkRoute:
                             .select(*quarantine.arrow_schema.names))
                 appender.append(_few_files(rejected, rows_in - rows_valid), quarantine.path(self.lakehouse), batch_id)
             die_here_if_asked(td.name, batch_id, "after_quarantine")
+            clock.lap(f"{td.name} {QUARANTINE}")
             meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
                       if td.name in self.ctx.last_counts else None)
             states = (newest_partition_states(flagged.where(F.col(VALID))).toPandas()
                       if td.name in self.ctx.last_states else None)
         finally:
             flagged.unpersist()
+        clock.lap(f"{td.name} {NEWEST}")
         return TableCheck(td.name, rows_in, rows_valid, counts, outcome, runs,
                           None if meters is None else (lambda: meters), None if states is None else (lambda: states))
 

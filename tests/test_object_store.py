@@ -31,6 +31,8 @@ from foundation.object_store import ObjectStore, storage_options
 from foundation.settings import SettingsError, load_settings
 from isrwatch.cli import main
 from jobs.alerts import start_alerts
+from jobs.step_clock import parse_steps
+from jobs.validate_routes import ROUTE_STEPS
 from lakehouse_read.reader import LakehouseReader
 from object_store_fixture import S3Proxy
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
@@ -216,10 +218,10 @@ def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_eq
     executors read the store through S3A with the credentials `isrwatch submit` gave them in a 0600 properties
     file (the workers' own environment has none); the driver writes silver and gold with delta-rs. Silver,
     quarantine and the alert tables equal those of a local run of the same jobs over the same bronze in which
-    validate took the executor route (Spark jobs check, route and write each table) and the cluster's took the
-    driver route, while the alerts job took the executor route on the cluster (the rules evaluated per cluster in
-    the worker's Python) and the driver route locally. Spark's event logs show the cluster's tasks ran on the
-    worker's executor, none on the driver."""
+    validate took the executor route (Spark jobs check, route and write each table but the two smallest) and the
+    cluster's took the driver route, while the alerts job took the executor route on the cluster (the rules
+    evaluated per cluster in the worker's Python) and the driver route locally. Spark's event logs show the
+    cluster's tasks ran on the worker's executor, none on the driver."""
     lake = on_store.uri("cluster")
     Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
     events = tmp_path / "event-logs"
@@ -253,12 +255,25 @@ def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_eq
     assert (on_store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
 
     # The same jobs, locally (this session's Spark), over the same bronze, and validate on the other route: a
-    # micro-batch above `ge_pandas_max_rows` is checked, routed and written by Spark jobs (the executor route).
+    # micro-batch above `ge_pandas_max_rows` is checked, routed and written by Spark jobs (the executor route),
+    # except its smallest tables that fit within the limit together (topic_configs 4 rows, runs 7), which are
+    # still collected and routed on the driver.
     local = str(tmp_path / "local")
     shutil.copytree(local_lake, local)
-    validate(spark, local, tuple(td.name for td in BRONZE_TABLES), **{"validate.ge_pandas_max_rows": 1})
+    said: list[str] = []
+    validate(spark, local, tuple(td.name for td in BRONZE_TABLES), log=said.append,
+             **{"validate.ge_pandas_max_rows": 11})
     assert {d["ge_engine"] for d in read_rows(DQ_RUNS, lake).to_pylist()} == {"pandas"}
-    assert {d["ge_engine"] for d in read_rows(DQ_RUNS, local).to_pylist()} == {"spark"}
+    engines = sorted((d["table_name"], d["ge_engine"]) for d in read_rows(DQ_RUNS, local).to_pylist())
+    on_driver = {"runs", "topic_configs"}
+    assert engines == sorted((t, "pandas" if t in on_driver else "spark")
+                             for t in ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", *on_driver))
+    # The executor route says where its batch's time went, per step of every table it routed in Spark.
+    steps = parse_steps("\n".join(said))
+    in_spark = [t for t, engine in engines if engine == "spark"]
+    assert set(steps) == {"source, de-duplication and cache", "tables present", "topic_configs and runs on the driver",
+                          "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
+    assert all(seconds >= 0 for seconds in steps.values()) and steps["source, de-duplication and cache"] > 0
     settings = load_settings(overrides={"lakehouse": local, "alerts.trigger": "available-now",
                                         "alerts.webhooks": False, "alerts.wait_for_tables_seconds": 0})
     alerts = start_alerts(spark, settings, log=lambda _: None)

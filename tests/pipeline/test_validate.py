@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,11 +28,12 @@ pytestmark = pytest.mark.spark
 TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs")
 
 
-def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES, **overrides: Any) -> None:
+def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES, log: Callable[[str], None] = lambda _: None,
+             **overrides: Any) -> None:
     settings = load_settings(overrides={"lakehouse": lakehouse, "validate.tables": list(tables),
                                         "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0,
                                         **overrides})
-    running = start_validation(spark, settings, log=lambda _: None)
+    running = start_validation(spark, settings, log=log)
     for q in running.queries.values():
         q.awaitTermination()
         assert q.exception() is None, q.exception()
