@@ -67,7 +67,8 @@ def with_previous_count(batch: DataFrame, history: DataFrame) -> DataFrame:
     past = history.select(*METER_KEY, "ts", "count").withColumn(marker, F.lit(False))
     current = batch.withColumn(marker, F.lit(True))
     both = current.unionByName(past, allowMissingColumns=True)
-    previous = F.lag("count").over(Window.partitionBy(*METER_KEY).orderBy("ts"))
+    # A row without ts comes last, as on the driver (pipelines/driver_context.py): Spark sorts nulls first.
+    previous = F.lag("count").over(Window.partitionBy(*METER_KEY).orderBy(F.col("ts").asc_nulls_last()))
     return both.withColumn(CTX_PREVIOUS_COUNT, previous).where(F.col(marker)).drop(marker)
 
 
@@ -223,7 +224,7 @@ def with_previous_state(batch: DataFrame, history: DataFrame) -> DataFrame:
                   & (F.col("leader") >= 0))
     leo = leader_leo()
     return (both.withColumn("__prev", F.lag(F.struct(*STATE_VALUES)).over(
-                Window.partitionBy(*PARTITION_KEY).orderBy("ts")))
+                Window.partitionBy(*PARTITION_KEY).orderBy(F.col("ts").asc_nulls_last())))
             .where(F.col(marker))
             .withColumns({
                 CTX_PREVIOUS_LEADER_EPOCH: prev["leader_epoch"],

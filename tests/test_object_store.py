@@ -31,12 +31,15 @@ from foundation.object_store import ObjectStore, storage_options
 from foundation.settings import SettingsError, load_settings
 from isrwatch.cli import main
 from jobs.alerts import start_alerts
+from jobs.posture import start_posture
+from jobs.slo import start_slo
 from jobs.step_clock import parse_steps
 from jobs.validate_routes import ROUTE_STEPS
 from lakehouse_read.reader import LakehouseReader
 from object_store_fixture import S3Proxy
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
 from schemas.gold import ALERT_EVENTS, ALERTS
+from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 from spark_cluster_fixture import StandaloneCluster, master_command, worker_command
@@ -109,7 +112,7 @@ def _sorted_rows(td: TableDef, lake: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(str(v) for v in row.values()) for row in table.to_pylist())
 
 
-def test_the_emulator_writes_bronze_to_the_store_and_the_api_reader_finds_and_reads_it(
+def test_the_emulator_writes_bronze_to_the_store_and_the_api_reader_and_isrwatch_sql_read_it(
         on_store: S3Proxy, local_lake: str) -> None:
     lake = on_store.uri("emulated")
     Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
@@ -120,6 +123,14 @@ def test_the_emulator_writes_bronze_to_the_store_and_the_api_reader_finds_and_re
     reader = LakehouseReader(lake)
     assert reader.tables() == sorted(td.qualified_name for td in BRONZE_TABLES)
     assert reader.read("bronze.runs").num_rows == len(read_rows(RUNS, local_lake)) > 0
+    # `isrwatch sql` finds the tables through S3A (Spark lists the store) and queries them.
+    done = subprocess.run([sys.executable, "-m", "isrwatch.cli", "sql", "--lakehouse", lake, "--format", "csv",
+                           "SELECT count(*) AS n, count(DISTINCT broker_id) AS brokers FROM bronze.broker_metrics"],
+                          cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    local_metrics = read_rows(BROKER_METRICS, local_lake)
+    assert done.stdout.split() == ["n,brokers", f"{local_metrics.num_rows},{len(set(local_metrics['broker_id']))}"]
 
 
 RACE = TableDef("gold", "race", pa.schema([pa.field("writer", pa.int64(), False), pa.field("n", pa.int64(), False)]),
@@ -159,7 +170,7 @@ def test_concurrent_writers_of_one_table_lose_no_commit_and_write_none_twice(on_
 
 # Columns that name a micro-batch or a wall time: they differ between any two runs of a job.
 RUN_COLUMNS = {"ingested_at", "quarantined_at", "validate_batch_id", "event_id", "eval_batch_id", "seq",
-               "evaluated_at", "updated_batch_id"}
+               "evaluated_at", "updated_batch_id", "posture_batch_id", "slo_batch_id"}
 
 
 def _table_rows(td: TableDef, lake: str) -> list[tuple[str, ...]]:
@@ -188,7 +199,7 @@ def _tasks_per_executor(event_logs: Path) -> dict[str, dict[str, int]]:
 
 CLUSTER_DOC = (ROOT / "docs" / "cluster.md").read_text()
 C1 = "-XX:TieredStopAtLevel=1"
-JOB_OPTIONS = {"validate": ["--wait-for-tables", "0"], "alerts": ["--no-webhooks"]}
+JOB_OPTIONS = {"validate": ["--wait-for-tables", "0"], "posture": [], "slo": [], "alerts": ["--no-webhooks"]}
 
 
 def _submit_options(job: str, master: str, lake: str, *spark_options: str,
@@ -211,17 +222,17 @@ def test_docs_cluster_shows_the_commands_the_cluster_test_runs() -> None:
 
 
 @pytest.mark.spark
-def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_equal_a_local_run(
+def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local_run(
         spark: Any, on_store: S3Proxy, local_lake: str, tmp_path: Path) -> None:
     """docs/cluster.md end to end: a standalone master and a worker (Spark's own classes), `isrwatch submit
-    --master spark://…` of validate and then alerts over bronze the emulator wrote to the store. The worker's
-    executors read the store through S3A with the credentials `isrwatch submit` gave them in a 0600 properties
-    file (the workers' own environment has none); the driver writes silver and gold with delta-rs. Silver,
-    quarantine and the alert tables equal those of a local run of the same jobs over the same bronze in which
-    validate took the executor route (Spark jobs check, route and write each table but the two smallest) and the
-    cluster's took the driver route, while the alerts job took the executor route on the cluster (the rules
-    evaluated per cluster in the worker's Python) and the driver route locally. Spark's event logs show the
-    cluster's tasks ran on the worker's executor, none on the driver."""
+    --master spark://…` of validate, posture, slo and alerts, one after the other, over bronze the emulator wrote
+    to the store. The worker's executors read the store through S3A with the credentials `isrwatch submit` gave
+    them in a 0600 properties file (the workers' own environment has none); the driver writes silver and gold
+    with delta-rs. Silver, quarantine, posture, SLO and alert tables equal those of a local run of the same jobs
+    over the same bronze in which validate took the executor route (Spark jobs check, route and write each table
+    but the two smallest) and the cluster's took the driver route, while the alerts job took the executor route
+    on the cluster (the rules evaluated per cluster in the worker's Python) and the driver route locally. Spark's
+    event logs show the cluster's tasks ran on the worker's executor, none on the driver."""
     lake = on_store.uri("cluster")
     Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
     events = tmp_path / "event-logs"
@@ -247,9 +258,9 @@ def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_eq
                 assert re.search(r"; ([1-9]\d*) of \1 micro-batches evaluated on the executors", done.stdout), \
                     done.stdout[-3000:]
         apps = [a["name"] for a in cluster.status()["completedapps"]]
-    assert sorted(apps) == ["isrwatch-alerts", "isrwatch-validate"]
+    assert sorted(apps) == sorted(f"isrwatch-{job}" for job in JOB_OPTIONS)
     ran = _tasks_per_executor(events)
-    assert set(ran) == {"isrwatch-alerts", "isrwatch-validate"}
+    assert set(ran) == {f"isrwatch-{job}" for job in JOB_OPTIONS}
     for app, counts in ran.items():
         assert counts and "driver" not in counts and sum(counts.values()) > 0, (app, counts)
     assert (on_store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
@@ -274,14 +285,21 @@ def test_validate_and_alerts_submitted_to_a_standalone_cluster_over_the_store_eq
     assert set(steps) == {"source, de-duplication and cache", "tables present", "topic_configs and runs on the driver",
                           "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
     assert all(seconds >= 0 for seconds in steps.values()) and steps["source, de-duplication and cache"] > 0
-    settings = load_settings(overrides={"lakehouse": local, "alerts.trigger": "available-now",
-                                        "alerts.webhooks": False, "alerts.wait_for_tables_seconds": 0})
-    alerts = start_alerts(spark, settings, log=lambda _: None)
-    alerts.query.awaitTermination()
-    assert alerts.query.exception() is None, alerts.query.exception()
-    compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), ALERT_EVENTS, ALERTS]
+    settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
+        f"{job}.{key}": value for job in ("posture", "slo", "alerts")
+        for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
+    quiet = {"log": lambda _: None}
+    starts = (lambda: start_posture(spark, settings, **quiet)[0], lambda: start_slo(spark, settings, **quiet)[0],
+              lambda: start_alerts(spark, settings, **quiet).query)
+    for start in starts:  # one after the other, as on the cluster: alerts reads what posture and slo wrote
+        query = start()
+        query.awaitTermination()
+        assert query.exception() is None, query.exception()
+    compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), POSTURE, POSTURE_HISTORY, SLO_TIMESLICES,
+                SLO_STATUS, ALERT_EVENTS, ALERTS]
     for td in compared:
         assert _table_rows(td, lake) == _table_rows(td, local), td.qualified_name
+    assert all(_table_rows(td, lake) for td in (POSTURE, SLO_STATUS)), "posture and slo wrote nothing to the store"
     assert len(_table_rows(SILVER_TABLES["broker_metrics"], lake)) == len(read_rows(BROKER_METRICS, local))
     # Broker 2 down 30 s, then broker 3 for 8 s: its partitions at min ISR, then below it.
     fired = {e["rule"] for e in read_rows(ALERT_EVENTS, lake).to_pylist() if e["status"] == "firing"}

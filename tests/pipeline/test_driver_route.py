@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 
 from pipelines.arrow_expectations import evaluate, failures, spark_text
 from pipelines.context import LastCounts, with_run_window, with_topic
+from pipelines.context import with_previous_count as spark_previous_count
 from pipelines.driver_context import RunWindows, TopicPartitions, with_previous_count
 from pipelines.expectations import FAILURES, VALID, CompiledExpectations
 from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS
@@ -21,6 +22,7 @@ from schemas.expectations import (
     CTX_BATCH_END_TS,
     CTX_BROKERS_KNOWN,
     CTX_PREVIOUS_COUNT,
+    CTX_PREVIOUS_LEADER_EPOCH,
     CTX_RUN_START_TS,
     CTX_TOPIC_KNOWN,
     CTX_TOPIC_PARTITIONS,
@@ -172,6 +174,25 @@ def test_previous_count_comes_from_the_batch_then_from_the_driver_history() -> N
     assert out.column(CTX_PREVIOUS_COUNT).to_pylist() == [55, 50, 7, None]
 
 
+def test_a_row_without_ts_precedes_nothing_on_either_route(spark: Any) -> None:
+    """The previous count by ts, with a bad row that has none (it is quarantined, but it must not become the
+    predecessor of the meter's first row on one route and not on the other)."""
+    mbean = "kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec"
+    last = LastCounts(lookback_us=60 * S)
+    last.fold(pd.DataFrame([("r", 1, mbean, 0, 9 * S, 50)],
+                           columns=["run_id", "broker_id", "mbean", "process_start_ts", "ts", "count"]))
+    rows = pa.table({"row": [0, 1, 2], "run_id": ["r"] * 3, "broker_id": pa.array([1, 1, 1], pa.int32()),
+                     "mbean": [mbean] * 3, "process_start_ts": pa.array([0, 0, 0], pa.int64()).cast(TS),
+                     "ts": pa.array([12 * S, None, 10 * S], pa.int64()).cast(TS),
+                     "count": pa.array([60, 999, 55], pa.int64())})
+    on_driver = with_previous_count(rows, last, min_ts_us=10 * S).column(CTX_PREVIOUS_COUNT).to_pylist()
+    batch = spark.createDataFrame(rows.to_pandas())
+    in_spark = {r["row"]: r[CTX_PREVIOUS_COUNT] for r in spark_previous_count(
+        batch, last.history(spark, 10 * S)).select("row", CTX_PREVIOUS_COUNT).collect()}
+    assert on_driver == [55, 60, 50]  # 55 follows the history's 50, 60 follows 55, the row without ts comes last
+    assert [in_spark[i] for i in range(3)] == on_driver
+
+
 def _state(**over: Any) -> dict[str, Any]:
     row = {"run_id": "r", "batch_id": 1, "ts": T0, "topic": "t", "partition": 0, "leader": 1, "leader_epoch": 3,
            "partition_epoch": 5, "replicas": [1, 2, 3], "isr": [1, 2, 3], "elr": [],
@@ -247,3 +268,24 @@ def test_replication_invariants_and_broker_registry_equal_the_spark_columns_row_
     assert fails[15] == ["ctx_log_start_offset_within_high_watermark"]
     assert got[17][names.index("ctx_high_watermark_within_leader_leo")] is None
     assert all(v is None for v in got[18][:-1]) and got[19][-1] is None  # null inputs; a run without registry
+
+
+def test_a_snapshot_without_ts_precedes_nothing_on_either_route(spark: Any) -> None:
+    """As for the previous count: the partition's snapshot without ts comes last on both routes, so the first
+    snapshot of the batch is compared with nothing (no history), not with the bad row's epochs."""
+    from pipelines.context import LastStates
+    from pipelines.context import with_previous_state as in_spark
+    from pipelines.driver_invariants import with_previous_state as on_driver
+    from schemas.bronze import PARTITION_STATE
+
+    schema = PARTITION_STATE.landing_schema
+    states = [_state(ts=T0 + dt.timedelta(seconds=2)), _state(ts=None, leader_epoch=9, partition_epoch=11),
+              _state(ts=T0)]
+    rows = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in states], schema=schema)
+    last = LastStates(lookback_us=60 * S)
+    driver = on_driver(rows, last, min_ts_us=int(T0.timestamp() * S)).column(CTX_PREVIOUS_LEADER_EPOCH).to_pylist()
+    spark_rows = in_spark(spark.createDataFrame(rows), last.history(spark, int(T0.timestamp() * S))).collect()
+    # Spark hands timestamps back naive, in UTC (the session's zone, and this machine's).
+    by_ts = {r["ts"] and r["ts"].replace(tzinfo=dt.UTC): r[CTX_PREVIOUS_LEADER_EPOCH] for r in spark_rows}
+    assert driver == [3, 3, None]  # T0+2 s follows T0's epoch 3; the row without ts follows T0+2 s; T0: nothing
+    assert [by_ts[s["ts"]] for s in states] == driver
