@@ -43,6 +43,7 @@ from deltalake import DeltaTable
 
 from foundation.delta_checksum import write_with_checksum
 from jobs.step_clock import parse_steps
+from jobs.validate_routes import SOURCE_STEP
 from schemas.bronze import BROKER_METRICS, RUNS
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from schemas.silver import DQ_RUNS, SILVER_TABLES
@@ -58,7 +59,6 @@ LOGS = Path(tempfile.gettempdir()) / "isrwatch-bench-batch-sizes-logs"   # a fai
 # Below the smallest batch's broker_metrics rows, above its runs rows: broker_metrics takes the executor route at
 # every size, runs the driver route, as in a catch-up (jobs/validate_routes.py `driver_share`).
 DRIVER_MAX_ROWS = 50_000
-DEDUP_STEP = "source, de-duplication and cache"  # jobs/validate.py's first step
 LOCAL_DRIVER_MEMORY = "6g"  # with local[2] the driver's JVM is the executor too: it gets the executor's share
 
 
@@ -181,6 +181,11 @@ def keep_executor_logs(cluster: StandaloneCluster | None, where: str, rows: int)
     return f"; executor logs kept in {LOGS}: {', '.join(kept)}" if kept else ""
 
 
+def _driver_memory(master: str, on_a_cluster: str = DRIVER_MEMORY) -> str:
+    """With local[2] the driver's JVM is the executor too: it gets the executor's share."""
+    return LOCAL_DRIVER_MEMORY if master.startswith("local") else on_a_cluster
+
+
 class JobFailed(RuntimeError):
     """A job's run did not finish (its log is kept under LOGS)."""
 
@@ -196,9 +201,8 @@ class ValidateRun:
 def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY, partitions: int = 4,
                  driver_memory: str = DRIVER_MEMORY) -> ValidateRun:
     """`isrwatch submit validate` over `lake` as one micro-batch on the executor route."""
-    memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else driver_memory
     cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "validate", "--master", master,
-           "--driver-memory", memory, "--executor-memory", executor_memory,
+           "--driver-memory", _driver_memory(master, driver_memory), "--executor-memory", executor_memory,
            "--conf", f"spark.sql.shuffle.partitions={partitions}", "--",
            "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
            "--ge-pandas-max-rows", str(DRIVER_MAX_ROWS), "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
@@ -219,7 +223,7 @@ def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY
 def print_steps(steps: dict[str, float], dedup_floor: float) -> None:
     """The batch's steps, the largest first, the de-duplication beside its floor."""
     for step, seconds in sorted(steps.items(), key=lambda kv: -kv[1]):
-        beside = f"   (floor: validate's source alone, {dedup_floor:.1f} s)" if step == DEDUP_STEP else ""
+        beside = f"   (floor: validate's source alone, {dedup_floor:.1f} s)" if step == SOURCE_STEP else ""
         print(f"  {'':>11}   {seconds:>7.1f} s  {step}{beside}", flush=True)
 
 
@@ -249,9 +253,8 @@ def run_alerts(lake: Path, master: str, driver_max_rows: int, partitions: int = 
     shutil.rmtree(lake / "_checkpoints" / "alerts", ignore_errors=True)
     for table in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
         shutil.rmtree(table.path(str(lake)), ignore_errors=True)
-    driver_memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else DRIVER_MEMORY
     cmd = [sys.executable, "-m", "isrwatch.cli", "submit", "alerts", "--master", master,
-           "--driver-memory", driver_memory, "--executor-memory", EXECUTOR_MEMORY,
+           "--driver-memory", _driver_memory(master), "--executor-memory", EXECUTOR_MEMORY,
            "--conf", f"spark.sql.shuffle.partitions={partitions}", "--",
            "--lakehouse", str(lake), "--rules", str(rules), "--trigger", "available-now", "--no-webhooks",
            "--max-files-per-trigger", "100000", "--driver-max-rows", str(driver_max_rows)]
@@ -267,9 +270,9 @@ def run_alerts(lake: Path, master: str, driver_max_rows: int, partitions: int = 
 
 def floor_seconds(kind: str, lake: Path, master: str, partitions: int = 4, driver_memory: str = DRIVER_MEMORY) -> float:
     """A floor (bench/floor_queries.py: `passthrough` or `dedup`) over the same bronze, in a fresh JVM: seconds."""
-    memory = LOCAL_DRIVER_MEMORY if master.startswith("local") else driver_memory
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "floor_queries.py"), kind, "--lake", str(lake),
-                           "--master", master, "--partitions", str(partitions), "--driver-memory", memory],
+                           "--master", master, "--partitions", str(partitions),
+                           "--driver-memory", _driver_memory(master, driver_memory)],
                           cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     if done.returncode != 0:

@@ -52,6 +52,7 @@ from jobs.step_clock import StepClock
 from jobs.streaming import await_query, die_here_if_asked, wait_started
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
+    SOURCE_STEP,
     DriverContext,
     SparkRoute,
     TableCheck,
@@ -149,7 +150,7 @@ class UnionValidator:
             rows = batch.count()
             if rows == 0:
                 return  # watermark-only batch: nothing to write
-            clock.lap("source, de-duplication and cache")
+            clock.lap(SOURCE_STEP)
             v = self.settings.validate_
             on_driver = v.ge_engine == "pandas" or (v.ge_engine == "auto" and rows <= v.ge_pandas_max_rows)
             checks = self._on_driver(batch, batch_id) if on_driver else self._split(batch, batch_id, clock)

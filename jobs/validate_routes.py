@@ -59,6 +59,9 @@ from schemas.table import TableDef
 # small file per shuffle partition, and readers taking a file per trigger (the alerts job's catch-up)
 # would see one metric interval split across micro-batches.
 SINGLE_FILE_MAX_ROWS = 1_000_000
+# The first step of a batch over the driver's limit, as its StepClock line names it (bench/batch_sizes.py
+# prints it beside its floor).
+SOURCE_STEP = "source, de-duplication and cache"
 # The executor route's steps for one table, in order, as its StepClock line names them ("<table> <step>").
 CONTEXT, GE, SILVER, QUARANTINE, NEWEST = ROUTE_STEPS = (
     "context and expectations", "great expectations", "silver", "quarantine", "newest values")

@@ -34,7 +34,7 @@ from jobs.alerts import start_alerts
 from jobs.posture import start_posture
 from jobs.slo import start_slo
 from jobs.step_clock import parse_steps
-from jobs.validate_routes import ROUTE_STEPS
+from jobs.validate_routes import ROUTE_STEPS, SOURCE_STEP
 from lakehouse_read.reader import LakehouseReader
 from object_store_fixture import S3Proxy
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
@@ -282,9 +282,9 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     # The executor route says where its batch's time went, per step of every table it routed in Spark.
     steps = parse_steps("\n".join(said))
     in_spark = [t for t, engine in engines if engine == "spark"]
-    assert set(steps) == {"source, de-duplication and cache", "tables present", "topic_configs and runs on the driver",
+    assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs on the driver",
                           "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
-    assert all(seconds >= 0 for seconds in steps.values()) and steps["source, de-duplication and cache"] > 0
+    assert all(seconds >= 0 for seconds in steps.values()) and steps[SOURCE_STEP] > 0
     settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
         f"{job}.{key}": value for job in ("posture", "slo", "alerts")
         for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
