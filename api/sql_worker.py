@@ -31,12 +31,22 @@ from typing import Any
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext, SQLOptions
 from datafusion.catalog import Schema
 
+from foundation.object_store import is_object_store
 from lakehouse_read.jsonable import value
 from lakehouse_read.reader import LakehouseReader
 
 QUERY_MEMORY_BYTES = 512 * 1024 * 1024
 _READ_ONLY = SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 _PARENT_CHECK_S = 1.0
+
+
+def _provider(reader: LakehouseReader, name: str) -> Any:
+    """What DataFusion scans for table `name`: delta-rs's own table provider, except on an object store, where
+    that provider's scan finds no store for the bucket whatever the session registers (delta-io/delta-rs#4623,
+    open in deltalake 1.6.6: only `count(*)`, answered from the log, works); there delta-rs's pyarrow dataset
+    of the same snapshot, which reads through delta-rs's own store."""
+    table = reader.delta_table(name)
+    return table.to_pyarrow_dataset() if is_object_store(reader.root) else table
 
 
 def _context(reader: LakehouseReader) -> SessionContext:
@@ -53,7 +63,7 @@ def _context(reader: LakehouseReader) -> SessionContext:
         catalog.register_schema(layer, Schema.memory_schema())
         schema = catalog.schema(layer)
         for table in tables:
-            schema.register_table(table, reader.delta_table(f"{layer}.{table}"))
+            schema.register_table(table, _provider(reader, f"{layer}.{table}"))
     return ctx
 
 

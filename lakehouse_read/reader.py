@@ -82,9 +82,9 @@ class LakehouseReader:
         for layer in LAYERS:
             d = base / layer
             if d.is_dir():
-                found += [f"{layer}.{t.name}" for t in sorted(d.iterdir())
+                found += [f"{layer}.{t.name}" for t in d.iterdir()
                           if (t / "_delta_log").is_dir() and _NAME.match(f"{layer}.{t.name}")]
-        return found
+        return sorted(found)
 
     def exists(self, name: str) -> bool:
         try:

@@ -14,9 +14,12 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pyarrow as pa
 import pytest
 from deltalake.exceptions import DeltaError
@@ -37,12 +40,14 @@ from jobs.step_clock import parse_steps
 from jobs.validate_routes import ROUTE_STEPS, SOURCE_STEP
 from lakehouse_read.reader import LakehouseReader
 from object_store_fixture import S3Proxy
+from schemas.api_tables import SILENCES
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
 from schemas.gold import ALERT_EVENTS, ALERTS
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 from spark_cluster_fixture import StandaloneCluster, master_command, worker_command
+from tests.api.server import TOKEN, serve, stop
 from tests.lakes import LOSE_TWO
 from tests.pipeline.test_validate import validate
 
@@ -221,18 +226,33 @@ def test_docs_cluster_shows_the_commands_the_cluster_test_runs() -> None:
         assert f"\n{' '.join(cmd)}\n" in CLUSTER_DOC, " ".join(cmd)
 
 
-@pytest.mark.spark
-def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local_run(
-        spark: Any, on_store: S3Proxy, local_lake: str, tmp_path: Path) -> None:
-    """docs/cluster.md end to end: a standalone master and a worker (Spark's own classes), `isrwatch submit
-    --master spark://…` of validate, posture, slo and alerts, one after the other, over bronze the emulator wrote
-    to the store. The worker's executors read the store through S3A with the credentials `isrwatch submit` gave
-    them in a 0600 properties file (the workers' own environment has none); the driver writes silver and gold
-    with delta-rs. Silver, quarantine, posture, SLO and alert tables equal those of a local run of the same jobs
-    over the same bronze in which validate took the executor route (Spark jobs check, route and write each table
-    but the two smallest) and the cluster's took the driver route, while the alerts job took the executor route
-    on the cluster (the rules evaluated per cluster in the worker's Python) and the driver route locally. Spark's
-    event logs show the cluster's tasks ran on the worker's executor, none on the driver."""
+@dataclass
+class ClusterRuns:
+    """The same jobs over the same bronze: on the standalone cluster over the store, and locally."""
+
+    store: S3Proxy
+    lake: str                               # the cluster's lakehouse, on the store
+    local: str                              # the local run's
+    apps: list[str]                         # the cluster's completed applications
+    ran: dict[str, dict[str, int]]          # per application, tasks per executor
+    said: list[str]                         # what the local validate logged
+
+
+@pytest.fixture(scope="module")
+def cluster_runs(spark: Any, s3: S3Proxy, local_lake: str, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[ClusterRuns]:
+    with pytest.MonkeyPatch.context() as env:
+        for key, value in s3.environment.items():
+            env.setenv(key, value)
+        object_store.use(None)
+        try:
+            yield _run_on_the_cluster_and_locally(spark, s3, local_lake, tmp_path_factory.mktemp("cluster-runs"))
+        finally:
+            object_store.use(None)
+
+
+def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: str, tmp_path: Path) -> ClusterRuns:
+    """The cluster's run, then the local one (the test below says what they are)."""
     lake = on_store.uri("cluster")
     Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
     events = tmp_path / "event-logs"
@@ -258,12 +278,7 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
                 assert re.search(r"; ([1-9]\d*) of \1 micro-batches evaluated on the executors", done.stdout), \
                     done.stdout[-3000:]
         apps = [a["name"] for a in cluster.status()["completedapps"]]
-    assert sorted(apps) == sorted(f"isrwatch-{job}" for job in JOB_OPTIONS)
     ran = _tasks_per_executor(events)
-    assert set(ran) == {f"isrwatch-{job}" for job in JOB_OPTIONS}
-    for app, counts in ran.items():
-        assert counts and "driver" not in counts and sum(counts.values()) > 0, (app, counts)
-    assert (on_store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
 
     # The same jobs, locally (this session's Spark), over the same bronze, and validate on the other route: a
     # micro-batch above `ge_pandas_max_rows` is checked, routed and written by Spark jobs (the executor route),
@@ -274,6 +289,37 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     said: list[str] = []
     validate(spark, local, tuple(td.name for td in BRONZE_TABLES), log=said.append,
              **{"validate.ge_pandas_max_rows": 11})
+    settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
+        f"{job}.{key}": value for job in ("posture", "slo", "alerts")
+        for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
+    quiet = {"log": lambda _: None}
+    starts = (lambda: start_posture(spark, settings, **quiet)[0], lambda: start_slo(spark, settings, **quiet)[0],
+              lambda: start_alerts(spark, settings, **quiet).query)
+    for start in starts:  # one after the other, as on the cluster: alerts reads what posture and slo wrote
+        query = start()
+        query.awaitTermination()
+        assert query.exception() is None, query.exception()
+    return ClusterRuns(on_store, lake, local, apps, ran, said)
+
+
+@pytest.mark.spark
+def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local_run(cluster_runs: ClusterRuns
+                                                                                       ) -> None:
+    """docs/cluster.md end to end: a standalone master and a worker (Spark's own classes), `isrwatch submit
+    --master spark://…` of validate, posture, slo and alerts, one after the other, over bronze the emulator wrote
+    to the store. The worker's executors read the store through S3A with the credentials `isrwatch submit` gave
+    them in a 0600 properties file (the workers' own environment has none); the driver writes silver and gold
+    with delta-rs. Silver, quarantine, posture, SLO and alert tables equal those of a local run of the same jobs
+    over the same bronze in which validate took the executor route (Spark jobs check, route and write each table
+    but the two smallest) and the cluster's took the driver route, while the alerts job took the executor route
+    on the cluster (the rules evaluated per cluster in the worker's Python) and the driver route locally. Spark's
+    event logs show the cluster's tasks ran on the worker's executor, none on the driver."""
+    lake, local, said = cluster_runs.lake, cluster_runs.local, cluster_runs.said
+    assert sorted(cluster_runs.apps) == sorted(f"isrwatch-{job}" for job in JOB_OPTIONS)
+    assert set(cluster_runs.ran) == {f"isrwatch-{job}" for job in JOB_OPTIONS}
+    for app, counts in cluster_runs.ran.items():
+        assert counts and "driver" not in counts and sum(counts.values()) > 0, (app, counts)
+    assert (cluster_runs.store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
     assert {d["ge_engine"] for d in read_rows(DQ_RUNS, lake).to_pylist()} == {"pandas"}
     engines = sorted((d["table_name"], d["ge_engine"]) for d in read_rows(DQ_RUNS, local).to_pylist())
     on_driver = {"runs", "topic_configs"}
@@ -285,16 +331,6 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs on the driver",
                           "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
     assert all(seconds >= 0 for seconds in steps.values()) and steps[SOURCE_STEP] > 0
-    settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
-        f"{job}.{key}": value for job in ("posture", "slo", "alerts")
-        for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
-    quiet = {"log": lambda _: None}
-    starts = (lambda: start_posture(spark, settings, **quiet)[0], lambda: start_slo(spark, settings, **quiet)[0],
-              lambda: start_alerts(spark, settings, **quiet).query)
-    for start in starts:  # one after the other, as on the cluster: alerts reads what posture and slo wrote
-        query = start()
-        query.awaitTermination()
-        assert query.exception() is None, query.exception()
     compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), POSTURE, POSTURE_HISTORY, SLO_TIMESLICES,
                 SLO_STATUS, ALERT_EVENTS, ALERTS]
     for td in compared:
@@ -304,6 +340,60 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     # Broker 2 down 30 s, then broker 3 for 8 s: its partitions at min ISR, then below it.
     fired = {e["rule"] for e in read_rows(ALERT_EVENTS, lake).to_pylist() if e["status"] == "firing"}
     assert {"AtMinIsr", "UnderMinIsr"} <= fired, fired
+
+
+SERVED = ["/api/v1/alerts?limit=1000", "/api/v1/slos", "/api/v1/topics", "/api/v1/brokers",
+          "/api/v1/posture", f"/api/v1/topics/orders?cluster={RUN_ID}",
+          f"/api/v1/dashboards/overview/figures?cluster={RUN_ID}"]
+QUERY = ("SELECT s.rule, s.status, count(*) AS n, max(p.partition) AS top FROM gold.alert_events s "
+         "JOIN silver.partition_state p ON p.run_id = s.cluster GROUP BY s.rule, s.status ORDER BY s.rule, s.status")
+
+
+@pytest.mark.spark
+def test_isrwatch_serve_over_the_store_answers_as_over_a_copy_on_local_disk_and_keeps_silences_there(
+        cluster_runs: ClusterRuns, tmp_path: Path) -> None:
+    """`isrwatch serve --lakehouse s3a://…` over the lakehouse the cluster's jobs wrote: every read route, the
+    dashboards' figures and a SQL query answer exactly as a server over a byte-for-byte copy of the same objects on
+    the local disk; a silence created through it is stored on the store (two versions once expired)."""
+    store = cluster_runs.store
+    copy = tmp_path / "copy"
+    shutil.copytree(store.folder / "data" / "lake" / "cluster", copy, ignore=shutil.ignore_patterns("_checkpoints"))
+    on_store, store_url = serve(cluster_runs.lake, tmp_path, store.environment)
+    try:
+        on_disk, disk_url = serve(str(copy), tmp_path)
+        try:
+            with httpx.Client(base_url=store_url, timeout=60) as s, httpx.Client(base_url=disk_url, timeout=60) as d:
+                ready = s.get("/readyz").json()
+                assert ready["lakehouse"] == cluster_runs.lake and ready["status"] == "ready"
+                assert ready["tables"] == d.get("/readyz").json()["tables"]
+                for route in SERVED:
+                    got = s.get(route)
+                    assert got.status_code == 200, (route, got.text[:2000])
+                    assert got.json() == d.get(route).json(), route
+                # Files read, not only the log: DataFusion scans the tables' Parquet on the store.
+                served = s.post("/api/v1/query", json={"sql": QUERY})
+                assert served.status_code == 200, served.text[:2000]
+                answered, expected = ({k: v for k, v in r.json().items() if k != "elapsed_ms"}
+                                      for r in (served, d.post("/api/v1/query", json={"sql": QUERY})))
+                assert answered["rows"] and answered == expected
+                auth = {"Authorization": f"Bearer {TOKEN}"}
+                ends = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+                created = s.post("/api/v1/silences", headers=auth, json={
+                    "matchers": [{"name": "topic", "value": "orders"}], "endsAt": ends, "createdBy": "ops",
+                    "comment": "maintenance"})
+                assert created.status_code == 201, created.text
+                sid = created.json()["silenceID"]
+                silenced = s.get("/api/v1/alerts", params={"limit": 1000}).json()["items"]
+                assert silenced and all((a["silenced_by"] == [sid]) == (a["labels"].get("topic") == "orders")
+                                        for a in silenced)
+                assert s.delete(f"/api/v1/silences/{sid}", headers=auth).status_code == 200
+        finally:
+            stop(on_disk)
+    finally:
+        stop(on_store)
+    rows = read_rows(SILENCES, cluster_runs.lake).to_pylist()   # read back through the store
+    assert sorted((r["silence_id"], r["version"]) for r in rows) == [(sid, 1), (sid, 2)]
+    assert not (copy / "api").exists(), "the copy on disk got no silence"
 
 
 def test_the_collector_keeps_its_memory_on_a_local_disk_when_the_lakehouse_is_on_a_store(

@@ -4,12 +4,7 @@ saved under test-artifacts/screenshots/; and a page redraws new data without a r
 
 from __future__ import annotations
 
-import os
 import shutil
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable, write_deltalake
+
+from tests.api.server import serve, stop
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "test-artifacts" / "screenshots"
@@ -42,35 +39,6 @@ PLOTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot, .isrw
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make test installs it)")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def serve(lake: str) -> tuple[subprocess.Popen[bytes], str]:
-    port = free_port()
-    env = {**os.environ, "ISRWATCH_API_TOKEN": "browser-test-token"}
-    log = Path(lake).parent / f"serve-{port}.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "serve", "--lakehouse", lake, "--port",
-                                 str(port)], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    import httpx
-
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        assert proc.poll() is None, log.read_text()
-        time.sleep(0.1)
-    proc.kill()
-    raise AssertionError("isrwatch serve did not answer /healthz within 60 s")
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
@@ -85,10 +53,9 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def server(api_lake: str) -> Iterator[str]:
-    proc, url = serve(api_lake)
+    proc, url = serve(api_lake, Path(api_lake).parent)
     yield url
-    proc.terminate()
-    proc.wait(10)
+    stop(proc)
 
 
 def open_page(browser: Any, url: str) -> tuple[Any, list[str]]:
@@ -125,7 +92,7 @@ def test_each_dashboard_draws_its_plots_with_data(browser: Any, server: str, nam
 
 def test_a_page_redraws_new_data_without_a_reload(browser: Any, api_lake: str, tmp_path: Path) -> None:
     lake = str(shutil.copytree(api_lake, tmp_path / "lakehouse"))
-    proc, url = serve(lake)
+    proc, url = serve(lake, Path(lake).parent)
     try:
         page, errors = open_page(browser, f"{url}/dashboards/isr-heatmap?cluster=lose-two-s3&refresh_seconds=1")
         page.evaluate("window.__notReloaded = true")
@@ -147,5 +114,4 @@ def test_a_page_redraws_new_data_without_a_reload(browser: Any, api_lake: str, t
         assert errors == []
         page.close()
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop(proc)

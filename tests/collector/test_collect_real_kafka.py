@@ -30,9 +30,11 @@ from collector.canary_feed import CanaryFeed
 from collector.canary_state import CanaryState
 from collector.canary_topic import CanaryConfig
 from collector.collect_loop import Collector, CollectSettings
+from foundation import object_store
 from foundation.delta_io import read_rows
 from kafka_fixture import KafkaCluster
-from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
+from object_store_fixture import S3Proxy
+from schemas.bronze import ACK_LEDGER, BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from schemas.gold import ALERT_EVENTS
 from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
@@ -388,3 +390,50 @@ def test_the_emulator_agrees_with_this_cluster_on_a_stalled_follower(stalled_fol
     for name in ("max UnderReplicatedPartitions", "max UnderMinIsrPartitionCount"):
         emulated_max, real_max = ({b: v for b, v in m[name].items() if v} for m in (emulated, real))
         assert emulated_max == real_max, (name, real[name], emulated[name])
+
+
+STORE_TOPIC = "canary-on-store"
+
+
+def test_the_collector_writes_its_tables_to_an_object_store_and_keeps_its_memory_on_local_disk(
+        cluster: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: `isrwatch collect --lakehouse s3a://…` with a local `--state-dir`. Its bronze tables (the canary's
+    ack ledger among them) land as objects on an S3-compatible server (s3proxy on loopback) through delta-rs,
+    read back there as the cluster was; the collector's memory and the canary's state stay on the local disk."""
+    with S3Proxy(tmp_path / "s3proxy") as s3:
+        for key, value in s3.environment.items():   # the AWS SDK's variables, as a user sets them
+            monkeypatch.setenv(key, value)
+        object_store.use(None)
+        try:
+            lake, state = s3.uri("collected"), tmp_path / "state"
+
+            def start(_run_id: str, _state_dir: Path) -> CanaryFeed:
+                config = CanaryConfig(cluster.bootstrap_servers, topic=STORE_TOPIC, records_per_second=20.0,
+                                      leader_grace_ms=2_000, metadata_interval_ms=500)
+                return CanaryFeed(Canary(config, str(state)).start())
+
+            collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake, state_dir=str(state),
+                                                  metrics_urls={None: cluster.metrics_urls}, interval_s=1.0,
+                                                  timeout_s=TIMEOUT_S), canary_factory=start)
+            totals = CanaryTotals(collector)
+            with Running(collector, on_step=totals.add) as running:
+                wait_for(lambda: min(totals.acked[p] for p in range(3)) >= 10 and len(running.steps) >= 5, 60,
+                         "five intervals with canary writes acknowledged")
+            run_id = collector.run_id
+            runs = of_run(RUNS, lake, run_id).sort_values("batch_id")
+            assert len(runs) == len(running.steps) and runs["final"].tolist()[-1]
+            assert {list(r) == [1, 2, 3] for r in runs["broker_ids"]} == {True}
+            state_rows = of_run(PARTITION_STATE, lake, run_id)
+            per_batch = state_rows[state_rows["topic"] == TOPIC].groupby("batch_id")["partition"].apply(sorted)
+            assert len(per_batch) == len(runs) and {tuple(p) for p in per_batch} == {tuple(range(6))}
+            assert {1, 2, 3, 3000} <= set(of_run(BROKER_METRICS, lake, run_id)["broker_id"])
+            ledger = of_run(ACK_LEDGER, lake, run_id)
+            acked = ledger[ledger["topic"] == STORE_TOPIC].groupby("partition")["records_acked"].sum()
+            assert acked.to_dict() == {p: totals.acked[p] for p in range(3)}
+            # Objects on the store, not files on a local path; the memory on the local disk, none on the store.
+            stored = s3.folder / "data" / "lake" / "collected"
+            assert (stored / "bronze" / "ack_ledger" / "_delta_log").is_dir()
+            assert not (stored / "_collector").exists()
+            assert sorted(p.name for p in state.glob("_collector/*/*.json")) == ["canary_state.json", "partitions.json"]
+        finally:
+            object_store.use(None)
