@@ -268,16 +268,36 @@ def run_alerts(lake: Path, master: str, driver_max_rows: int, partitions: int = 
     return AlertsRun(int(done.group(1)), float(done.group(4)), done.group(2) == "1", rss)
 
 
-def floor_seconds(kind: str, lake: Path, master: str, partitions: int = 4, driver_memory: str = DRIVER_MEMORY) -> float:
-    """A floor (bench/floor_queries.py: `passthrough` or `dedup`) over the same bronze, in a fresh JVM: seconds."""
+def floor_seconds(kind: str, lake: Path, master: str, partitions: int = 4, driver_memory: str = DRIVER_MEMORY,
+                  *options: str) -> float:
+    """A floor (bench/floor_queries.py's KIND) over the same bronze, in a fresh JVM: seconds."""
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "floor_queries.py"), kind, "--lake", str(lake),
                            "--master", master, "--partitions", str(partitions),
-                           "--driver-memory", _driver_memory(master, driver_memory)],
+                           "--driver-memory", _driver_memory(master, driver_memory), *options],
                           cwd=ROOT, capture_output=True, text=True, check=False,
                           env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     if done.returncode != 0:
         raise RuntimeError(f"{kind} floor failed: {done.stderr[-3000:]}")
     return float(done.stdout.strip().splitlines()[-1])
+
+
+def dedup_designs(lake: Path, master: str, rows: int, partitions: int, driver_memory: str) -> None:
+    """Validate's de-duplication against the other designs, each over the same bronze as one micro-batch cached
+    and counted (bench/floor_queries.py). Run after validate: silver then holds this batch, ingested within the
+    window, so the per-batch design is timed twice: with nothing in the window (the first batch of a catch-up)
+    and against the whole batch (the same rows delivered again)."""
+    designs = [("no de-duplication", "source"), ("RocksDB state (validate's)", "dedup"),
+               ("in-memory state", "dedup-in-memory"),
+               ("per batch + silver, window empty", "dedup-per-batch", "--dedup-window", "0 seconds"),
+               ("per batch + silver holding the batch", "dedup-per-batch")]
+    cells = []
+    for label, kind, *options in designs:
+        try:
+            seconds = floor_seconds(kind, lake, master, partitions, driver_memory, *options)
+            cells.append(f"{label} {seconds:.1f} s ({rows / seconds:,.0f} rows/s)")
+        except RuntimeError as e:
+            cells.append(f"{label} failed: {str(e).strip().splitlines()[-1][:200]}")
+    print(f"  {'':>11}   de-duplication designs, source cached and counted: " + " | ".join(cells), flush=True)
 
 
 def alerts_side_by_side(lake: Path, master: str, rows: int, partitions: int) -> None:
@@ -326,6 +346,8 @@ def main() -> None:
                    help="the driver's memory on the cluster (local[2] gets the executor's share, 6g)")
     p.add_argument("--no-alerts", dest="alerts", action="store_false",
                    help="skip the alerts job on each route after validate")
+    p.add_argument("--dedup-designs", action="store_true",
+                   help="then time validate's de-duplication beside the other designs (bench/floor_queries.py)")
     p.add_argument("--kill-worker-rows", type=int, default=1_000_000,
                    help="then kill one of two workers during a batch of this many rows (0: skip)")
     args = p.parse_args()
@@ -363,6 +385,8 @@ def main() -> None:
                           flush=True)
                     print_steps(run.steps, floor_seconds("dedup", lake, master, args.shuffle_partitions,
                                                          args.driver_memory))
+                    if args.dedup_designs:
+                        dedup_designs(lake, master, got, args.shuffle_partitions, args.driver_memory)
                     if args.alerts:
                         alerts_side_by_side(lake, master, got, args.shuffle_partitions)
                     shutil.rmtree(lake)

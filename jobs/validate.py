@@ -33,7 +33,7 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
@@ -284,10 +284,15 @@ def _max_micros(column: pa.ChunkedArray) -> int:
     return int(pc.cast(pc.max(column), pa.int64()).as_py())
 
 
-def bronze_union(spark: SparkSession, settings: PipelineSettings, tables: list[TableDef],
-                 starting_versions: dict[str, int]) -> DataFrame:
+def natural_key(td: TableDef) -> Column:
+    """A row's natural key as one JSON string (microsecond timestamps, so distinct times stay distinct)."""
+    return F.to_json(F.struct(*td.natural_key), {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
+
+
+def bronze_rows(spark: SparkSession, settings: PipelineSettings, tables: list[TableDef],
+                starting_versions: dict[str, int]) -> DataFrame:
     """One streaming DataFrame over the bronze tables: `_table`, `_key` (the natural key as JSON), one struct
-    column per table holding its row, and `ingested_at`; de-duplicated per table and key within the window."""
+    column per table holding its row, and `ingested_at`; every row, duplicates too."""
     v = settings.validate_
     frames = []
     for td in tables:
@@ -295,14 +300,19 @@ def bronze_union(spark: SparkSession, settings: PipelineSettings, tables: list[T
         if td.name in starting_versions:
             reader = reader.option("startingVersion", starting_versions[td.name])
         source = reader.load(td.path(settings.lakehouse))
-        key = F.to_json(F.struct(*td.natural_key), {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
-        frames.append(source.select(F.lit(td.name).alias("_table"), key.alias("_key"),
+        frames.append(source.select(F.lit(td.name).alias("_table"), natural_key(td).alias("_key"),
                                     F.struct(*source.columns).alias(_table_column(td.name))))
     union = frames[0]
     for frame in frames[1:]:
         union = union.unionByName(frame, allowMissingColumns=True)
-    return (union.withColumn("ingested_at", F.current_timestamp())
-            .withWatermark("ingested_at", v.dedup_window)
+    return union.withColumn("ingested_at", F.current_timestamp())
+
+
+def bronze_union(spark: SparkSession, settings: PipelineSettings, tables: list[TableDef],
+                 starting_versions: dict[str, int]) -> DataFrame:
+    """`bronze_rows`, de-duplicated per table and key within the window (in the state store)."""
+    return (bronze_rows(spark, settings, tables, starting_versions)
+            .withWatermark("ingested_at", settings.validate_.dedup_window)
             .dropDuplicatesWithinWatermark(["_table", "_key"]))
 
 
