@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes jars kafka-jars s3-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -164,6 +164,23 @@ bench-fidelity: venv jars kafka-jars
 # (spark_cluster_fixture/), then a worker killed mid-batch (docs/cluster.md). Not part of `bench`: about 20 min.
 bench-batch-sizes: venv jars
 	$(PY) bench/batch_sizes.py
+
+# Alert latency beside a tuned Prometheus + Alertmanager peer fed from the same bronze commits, in one live run
+# (docs/benchmarks.md). Not part of `bench`: it installs Debian's prometheus and prometheus-alertmanager (never
+# `make test`) and runs four live scenarios, about 15 min.
+bench-alert-latency: venv jars $(STAMPS)/prometheus
+	$(PY) bench/alert_latency.py
+
+$(STAMPS)/prometheus:
+	@mkdir -p $(STAMPS)
+	@if ! command -v prometheus >/dev/null || ! command -v prometheus-alertmanager >/dev/null; then \
+	  echo "installing Debian's prometheus and prometheus-alertmanager for the latency bench (first run only)"; \
+	  SUDO=$$(test "$$(id -u)" -eq 0 || echo sudo); \
+	  $$SUDO apt-get install -y -q prometheus prometheus-alertmanager >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null && $$SUDO apt-get install -y -q prometheus prometheus-alertmanager >/dev/null; }; \
+	fi
+	@prometheus --version 2>&1 | head -1 && prometheus-alertmanager --version 2>&1 | head -1
+	@touch $@
 
 clean:
 	rm -rf lakehouse lakehouse-kafka demo-dashboards _checkpoints spark-warehouse metastore_db derby.log .pytest_cache .mypy_cache .ruff_cache

@@ -34,6 +34,8 @@ def add_pipeline_parser(sub: Any) -> None:
                      help="live: stop once every query has caught up and no table it reads changed for SECONDS")
     run.add_argument("--status-every", type=float, default=5.0, help="seconds between status lines")
     run.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="Spark setting (repeatable)")
+    run.add_argument("--progress-log", default=None, metavar="FILE",
+                     help="append every micro-batch's progress (Spark's phases, in ms) to FILE as JSON lines")
     run.add_argument("--verbose", action="store_true",
                      help="show Spark's and the JVM's own log lines (Spark's default: WARN and up) and py4j's")
 
@@ -162,11 +164,7 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], A
 def main_pipeline(args: argparse.Namespace) -> int:
     from foundation.spark import build_spark_session
     from jobs import driver_signals
-    from jobs.delta_tables import SchemaDriftError
-    from jobs.streaming import stop_between_batches
-    from pipelines.alert_rules import AlertConfigError
     from pipelines.great_expectations_check import import_in_background
-    from pipelines.slo_spec import SloConfigError
 
     jobs = [j for j in args.jobs.split(",") if j]
     unknown = [j for j in jobs if j not in JOBS]
@@ -183,6 +181,25 @@ def main_pipeline(args: argparse.Namespace) -> int:
     spark = build_spark_session("isrwatch-pipeline", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
     driver_signals.install()   # SIGTERM as Ctrl-C: a stop between micro-batches (a second one: at once)
+    listener = None
+    if args.progress_log:
+        from jobs.progress_log import ProgressLog
+
+        listener = ProgressLog(args.progress_log)
+        spark.streams.addListener(listener)
+    try:
+        return _run(spark, settings, jobs, args)
+    finally:
+        if listener is not None:   # the session may outlive this call (tests share one)
+            spark.streams.removeListener(listener)
+
+
+def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace) -> int:
+    from jobs.delta_tables import SchemaDriftError
+    from jobs.streaming import stop_between_batches
+    from pipelines.alert_rules import AlertConfigError
+    from pipelines.slo_spec import SloConfigError
+
     try:
         running, dispatcher = start_jobs(spark, settings, jobs)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:

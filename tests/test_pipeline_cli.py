@@ -13,8 +13,11 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 
+from foundation.settings import load_settings
 from isrwatch.cli import main
 from isrwatch.webhook_receiver import WebhookPrinter
+from jobs.progress_log import read_progress
+from schemas.bronze import BRONZE_TABLES
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 from schemas.gold_durability import POSTURE, SLO_STATUS
 from schemas.silver import SILVER_TABLES
@@ -34,7 +37,7 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
     (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(rules))
     try:
         code = main(["pipeline", "run", "--lakehouse", lake, "--trigger", "available-now", "--status-every", "600",
-                     "--rules", str(tmp_path / "alerts.yaml")])
+                     "--rules", str(tmp_path / "alerts.yaml"), "--progress-log", str(tmp_path / "progress.jsonl")])
     finally:
         receiver.stop()
     err = capsys.readouterr().err
@@ -53,6 +56,14 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
     delivered = records[records["outcome"] != "sending"]      # attempts end in an outcome; intents are `sending`
     assert len(delivered) > 0 and set(delivered["outcome"]) == {"delivered"}
     assert len(receiver.delivered()) == len(delivered) == (records["outcome"] == "sending").sum()
+    # Every micro-batch's phases, per query, as Spark timed them.
+    progress = read_progress(tmp_path / "progress.jsonl")
+    with_rows = [p for p in progress if p["numInputRows"] > 0]
+    assert {p["name"] for p in with_rows} == {"validate", "posture", "slo", "alerts"}
+    validated = sum(p["numInputRows"] for p in with_rows if p["name"] == "validate")
+    assert validated == sum(DeltaTable(td.path(lake)).to_pyarrow_table().num_rows for td in BRONZE_TABLES
+                            if td.name in load_settings().validate_.tables)
+    assert all(0 <= p["durationMs"]["addBatch"] <= p["durationMs"]["triggerExecution"] for p in with_rows)
 
 
 def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:

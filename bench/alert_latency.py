@@ -1,0 +1,495 @@
+"""Alert latency side by side: isrwatch against Prometheus + Alertmanager, fed by the same bronze commits.
+
+    make bench-alert-latency        # once: Debian's prometheus and prometheus-alertmanager, then this
+    .venv/bin/python bench/alert_latency.py [--runs 4] [--duration 3m]
+
+ONE live run. The emulator writes `--runs` runs of the default scenario at live pace into one lakehouse, one
+after the other (a new cluster each, seeds 1, 2, …). Two systems watch the same bronze tables:
+- isrwatch: `isrwatch pipeline run --jobs validate,alerts` with the shipped settings and rules (UnderReplicated
+  without its `for`), delivering to a webhook receiver in this process;
+- the peer: an exporter in this process tails the bronze Delta logs every 50 ms (each new commit's files read
+  with pyarrow) and serves the newest partition states and broker gauges; Prometheus 2.42 scrapes it and
+  evaluates equivalent rules every second (no `for`), Alertmanager 0.25 (`group_wait: 0s`, one group per alert)
+  delivers to the same receiver.
+The incidents come from bronze, not from either system: the same tail evaluates each rule's condition on every
+new commit, and an incident of a rule and entity begins at the commit that makes the condition true after it
+was false, at the moment that commit became visible to the tail. For each rule class the bench prints the
+incidents, each system's caught and missed, p50/p95/max from that commit to the system's webhook POST, the
+notifications that matched no incident, and the isrwatch/peer ratios. Figures are printed, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from bench.delta_log import added_files, new_commits
+from jobs.progress_log import read_progress
+
+ROOT = Path(__file__).resolve().parents[1]
+SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"
+RULES = ("UnderMinIsr", "UnderReplicated", "OfflinePartitions", "UncleanLeaderElection")
+PARTITION_RULES = ("UnderMinIsr", "UnderReplicated")
+TAIL_EVERY_S = 0.05
+WARM_UP_SEED = 4242
+PROMETHEUS = "prometheus"
+ALERTMANAGER = "prometheus-alertmanager"   # Debian's name for Alertmanager's binary
+
+# The peer's rules: conf/alerts.yaml's conditions in PromQL over the exporter's series (no `for`). The cluster
+# rules sum over brokers, as isrwatch's cluster-scope rules do (aggregate: sum).
+PEER_RULES = {
+    "UnderMinIsr": "bronze_partition_isr_size < bronze_partition_effective_min_isr and bronze_partition_offline == 0",
+    "UnderReplicated": "bronze_partition_isr_size < bronze_partition_replication_factor "
+                       "and bronze_partition_offline == 0",
+    "OfflinePartitions": "sum by (cluster) (bronze_offline_partitions_count) > 0",
+    "UncleanLeaderElection": "sum by (cluster) (bronze_unclean_leader_elections_rate) > 0",
+}
+
+
+# ---- the bronze tail: the peer's exporter and the incidents ---------------------------------------------------
+
+@dataclass
+class Incident:
+    rule: str
+    entity: tuple[str, ...]     # (cluster,) or (cluster, topic, partition)
+    began: float                # monotonic: when the commit that made the condition true became visible
+    ended: float | None = None
+
+
+def _partition_conditions(row: dict[str, Any]) -> dict[str, bool]:
+    isr, replicas, offline = len(row["isr"] or ()), len(row["replicas"] or ()), row["leader"] < 0
+    return {"UnderMinIsr": isr < row["effective_min_isr"] and not offline,
+            "UnderReplicated": isr < replicas and not offline}
+
+
+@dataclass
+class BronzeTail:
+    """Reads every new bronze commit of partition_state, broker_metrics and runs; keeps the newest values the
+    exporter serves and the incidents the conditions make."""
+
+    lake: str
+    versions: dict[str, int] = field(default_factory=dict)
+    gauges: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+    incidents: list[Incident] = field(default_factory=list)
+    active: dict[tuple[str, tuple[str, ...]], Incident] = field(default_factory=dict)
+    measuring: bool = False
+    failed: BaseException | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def skip_existing(self) -> None:
+        """Start from the current versions: what was written before is not measured."""
+        for name in ("partition_state", "broker_metrics", "runs"):
+            commits = new_commits(f"{self.lake}/bronze/{name}", -1)
+            self.versions[name] = commits[-1][0] if commits else -1
+
+    def poll(self) -> None:
+        for name in ("partition_state", "broker_metrics", "runs"):
+            path = f"{self.lake}/bronze/{name}"
+            for version, adds in new_commits(path, self.versions.get(name, -1)):
+                seen = time.monotonic()
+                rows = pa.concat_tables([pq.read_table(f) for f in added_files(path, adds)]).to_pylist() if adds else []
+                if name != "runs":
+                    rows.sort(key=lambda r: r["ts"])
+                with self.lock:
+                    getattr(self, f"_{name}")(rows, seen)
+                self.versions[name] = version
+
+    def _partition_state(self, rows: list[dict[str, Any]], seen: float) -> None:
+        for row in rows:
+            labels = (("cluster", row["run_id"]), ("topic", row["topic"]), ("partition", str(row["partition"])))
+            for metric, value in (("isr_size", len(row["isr"] or ())),
+                                  ("replication_factor", len(row["replicas"] or ())),
+                                  ("effective_min_isr", row["effective_min_isr"]), ("offline", int(row["leader"] < 0))):
+                self.gauges[(f"bronze_partition_{metric}", labels)] = float(value)
+            for rule, holds in _partition_conditions(row).items():
+                self._condition(rule, (row["run_id"], row["topic"], str(row["partition"])), holds, seen)
+
+    def _broker_metrics(self, rows: list[dict[str, Any]], seen: float) -> None:
+        sums: dict[tuple[str, str], float] = {}
+        wanted = {"OfflinePartitionsCount": ("bronze_offline_partitions_count", "OfflinePartitions"),
+                  "UncleanLeaderElectionsPerSec": ("bronze_unclean_leader_elections_rate", "UncleanLeaderElection")}
+        ordered: list[tuple[str, str]] = []
+        for row in rows:
+            if row["name"] not in wanted or row["value"] is None:
+                continue
+            metric, rule = wanted[row["name"]]
+            self.gauges[(metric, (("cluster", row["run_id"]), ("broker", str(row["broker_id"]))))] = row["value"]
+            key = (rule, f"{row['run_id']}\0{row['ts'].isoformat()}")
+            if key not in sums:
+                ordered.append(key)
+            sums[key] = sums.get(key, 0.0) + row["value"]
+        for rule, at in ordered:   # per cluster and sample time, in time order: the sum over brokers
+            self._condition(rule, (at.split("\0")[0],), sums[(rule, at)] > 0, seen)
+
+    def _runs(self, rows: list[dict[str, Any]], seen: float) -> None:
+        # A finished run's cluster stops reporting: its series go, as a scrape target that went away would.
+        for cluster in {r["run_id"] for r in rows if r["final"]}:
+            self.gauges = {k: v for k, v in self.gauges.items() if ("cluster", cluster) not in k[1]}
+
+    def _condition(self, rule: str, entity: tuple[str, ...], holds: bool, seen: float) -> None:
+        key = (rule, entity)
+        open_incident = self.active.get(key)
+        if holds and open_incident is None:
+            incident = Incident(rule, entity, seen)
+            self.active[key] = incident
+            if self.measuring:
+                self.incidents.append(incident)
+        elif not holds and open_incident is not None:
+            open_incident.ended = seen
+            del self.active[key]
+
+    def exposition(self) -> bytes:
+        with self.lock:
+            lines = [f"{metric}{{{','.join(f'{k}={json.dumps(v)}' for k, v in labels)}}} {value}"
+                     for (metric, labels), value in sorted(self.gauges.items())]
+        return ("\n".join(lines) + "\n").encode()
+
+    def run(self, stop: threading.Event) -> None:
+        try:
+            while not stop.is_set():
+                self.poll()
+                time.sleep(TAIL_EVERY_S)
+        except BaseException as e:   # the bench checks after each run: a dead tail measures nothing
+            self.failed = e
+            raise
+
+    def check(self) -> None:
+        if self.failed is not None:
+            raise RuntimeError(f"the bronze tail failed: {self.failed!r}") from self.failed
+
+
+# ---- HTTP: the exporter and the webhook receiver --------------------------------------------------------------
+
+class Server:
+    """The exporter (GET /metrics) and both systems' webhook receiver (POST /isrwatch, POST /peer)."""
+
+    def __init__(self, tail: BronzeTail) -> None:
+        self.arrivals: dict[str, list[tuple[float, dict[str, Any]]]] = {"isrwatch": [], "peer": []}
+        lock = threading.Lock()
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = tail.exposition()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                now = time.monotonic()
+                system = self.path.strip("/")
+                with lock:
+                    outer.arrivals.setdefault(system, []).extend((now, a) for a in json.loads(body)["alerts"])
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.http.server_address[1]
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+
+# ---- the processes ---------------------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=2) as r:
+        return json.loads(r.read() or b"null") if "json" in r.headers.get("Content-Type", "") else r.read()
+
+
+def _wait(what: str, ready: Any, timeout_s: float, procs: list[subprocess.Popen[bytes]]) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for p in procs:
+            if p.poll() is not None:
+                raise RuntimeError(f"{what}: {p.args!r} exited with {p.returncode}")
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"{what}: not ready within {timeout_s:.0f} s")
+
+
+@contextmanager
+def peer(work: Path, exporter: str, receiver: str) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Alertmanager, then Prometheus scraping `exporter` and alerting through it; both stopped on exit."""
+    for binary in (PROMETHEUS, ALERTMANAGER):
+        if shutil.which(binary) is None:
+            raise SystemExit(f"{binary} is not installed: run `make bench-alert-latency` (installs Debian's "
+                             "prometheus and prometheus-alertmanager)")
+    am_port, prom_port = _free_port(), _free_port()
+    (work / "alertmanager.yml").write_text(yaml.safe_dump({
+        "route": {"receiver": "bench", "group_by": ["..."], "group_wait": "0s", "group_interval": "1s",
+                  "repeat_interval": "4h"},
+        "receivers": [{"name": "bench", "webhook_configs": [{"url": receiver, "send_resolved": True}]}]}))
+    (work / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "isrwatch-equivalents", "interval": "1s",
+                                                                "rules": [{"alert": name, "expr": expr}
+                                                                          for name, expr in PEER_RULES.items()]}]}))
+    host, path = exporter.removeprefix("http://").split("/", 1)
+    (work / "prometheus.yml").write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(work / "rules.yml")],
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{am_port}"]}]}]},
+        "scrape_configs": [{"job_name": "bronze", "metrics_path": f"/{path}",
+                            "static_configs": [{"targets": [host]}]}]}))
+    logs = (work / "alertmanager.log").open("wb"), (work / "prometheus.log").open("wb")
+    procs = [
+        subprocess.Popen([ALERTMANAGER, f"--config.file={work / 'alertmanager.yml'}",
+                          f"--storage.path={work / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
+                          "--cluster.listen-address="], stdout=logs[0], stderr=subprocess.STDOUT),
+        subprocess.Popen([PROMETHEUS, f"--config.file={work / 'prometheus.yml'}",
+                          f"--storage.tsdb.path={work / 'prom-data'}", f"--web.listen-address=127.0.0.1:{prom_port}"],
+                         stdout=logs[1], stderr=subprocess.STDOUT)]
+    try:
+        _wait("alertmanager", lambda: _get(f"http://127.0.0.1:{am_port}/-/ready"), 60, procs)
+        up = f"http://127.0.0.1:{prom_port}/api/v1/query?query=up"
+        _wait("prometheus scraping the exporter",
+              lambda: any(r["value"][1] == "1" for r in _get(up)["data"]["result"]), 60, procs)
+        yield procs
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        for log in logs:
+            log.close()
+
+
+def _emulate(lake: str, *args: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario", str(SCENARIO),
+                             "--lakehouse", lake, "--quiet", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+@contextmanager
+def isrwatch(work: Path, lake: str, receiver: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`isrwatch pipeline run --jobs validate,alerts`, live, with the shipped rules delivering to `receiver`
+    (UnderReplicated without its `for`, as the peer's rules have none); stopped with Ctrl-C on exit."""
+    rules = yaml.safe_load((ROOT / "conf" / "alerts.yaml").read_text())
+    for rule in rules["rules"]:
+        if rule["name"] in RULES:
+            rule.pop("for", None)
+    rules["receivers"] = [{"name": "bench", "url": receiver, "backoff_initial": "50ms"}]
+    (work / "alerts.yaml").write_text(yaml.safe_dump(rules))
+    log = (work / "pipeline.log").open("wb")
+    proc = subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "pipeline", "run", "--jobs", "validate,alerts",
+                             "--lakehouse", lake, "--rules", str(work / "alerts.yaml"), "--trigger", "live",
+                             "--status-every", "60", "--progress-log", str(work / "progress.jsonl")],
+                            cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+    try:
+        # Warm: both queries have caught up with the warm-up cluster (plans compiled, every table's suite built):
+        # each has run a micro-batch with rows, and neither has read a row for 5 s. (Spark reports a micro-batch
+        # without rows only now and then, so their absence is the sign.)
+        def caught_up() -> bool:
+            progress = read_progress(work / "progress.jsonl") if (work / "progress.jsonl").exists() else []
+            with_rows = [p for p in progress if p["numInputRows"] > 0]
+            if {p["name"] for p in with_rows} < {"validate", "alerts"}:
+                return False
+            ended = max(datetime.fromisoformat(p["timestamp"]).timestamp() + p["durationMs"]["triggerExecution"] / 1000
+                        for p in with_rows)
+            return time.time() - ended > 5
+
+        _wait("isrwatch caught up with the warm-up run", caught_up, 600, [proc])
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+# ---- matching ----------------------------------------------------------------------------------------------------
+
+def _entity(rule: str, labels: dict[str, str]) -> tuple[str, ...]:
+    if rule in PARTITION_RULES:
+        return labels.get("cluster", ""), labels.get("topic", ""), labels.get("partition", "")
+    return (labels.get("cluster", ""),)
+
+
+@dataclass
+class Scores:
+    delays: list[float] = field(default_factory=list)
+    missed: int = 0
+    already_firing: int = 0     # the system's alert for the entity still firing from before: nothing new to send
+    unmatched: int = 0          # firing notifications that began no incident
+
+
+def score(incidents: list[Incident], arrivals: list[tuple[float, dict[str, Any]]], rule: str,
+          measured_from: float) -> Scores:
+    """Per incident, the first firing notification of its rule and entity from when its commit became visible
+    (50 ms of slack: a system may see a commit a poll before the tail) until the entity's next incident."""
+    warm_up = f"{SCENARIO.stem}-s{WARM_UP_SEED}"
+    mine = sorted(((t, a) for t, a in arrivals if a["labels"].get("alertname") == rule and t >= measured_from
+                   and a["labels"].get("cluster") != warm_up), key=lambda ta: ta[0])
+    by_entity: dict[tuple[str, ...], list[Incident]] = {}
+    for incident in incidents:
+        if incident.rule == rule:
+            by_entity.setdefault(incident.entity, []).append(incident)
+    out, used = Scores(), set()
+    for entity, its in by_entity.items():
+        notes = [(i, t, a) for i, (t, a) in enumerate(mine) if _entity(rule, a["labels"]) == entity]
+        for n, incident in enumerate(its):
+            until = its[n + 1].began if n + 1 < len(its) else float("inf")
+            hit = next(((i, t) for i, t, a in notes
+                        if a["status"] == "firing" and incident.began - TAIL_EVERY_S <= t < until), None)
+            if hit is not None:
+                used.add(hit[0])
+                out.delays.append(hit[1] - incident.began)
+                continue
+            before = [a["status"] for _i, t, a in notes if t < incident.began]
+            if before and before[-1] == "firing":
+                out.already_firing += 1
+            else:
+                out.missed += 1
+    out.unmatched = sum(1 for i, (_t, a) in enumerate(mine) if a["status"] == "firing" and i not in used)
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def report(tail: BronzeTail, server: Server, measured_from: float) -> None:
+    print(f"\n  {'rule':<22} {'incidents':>9}  {'system':<8} {'caught':>6} {'missed':>6} {'firing':>6} "
+          f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'unmatched':>9}")
+    pooled: dict[str, list[float]] = {"isrwatch": [], "peer": []}
+    for rule in RULES:
+        incidents = [i for i in tail.incidents if i.rule == rule]
+        figures = {}
+        for system in ("isrwatch", "peer"):
+            s = score(tail.incidents, server.arrivals.get(system, []), rule, measured_from)
+            figures[system] = s
+            pooled[system] += s.delays
+            timing = (f"{statistics.median(s.delays):>6.2f} {_pct(s.delays, 0.95):>6.2f} {max(s.delays):>6.2f}"
+                      if s.delays else f"{'-':>6} {'-':>6} {'-':>6}")
+            print(f"  {rule if system == 'isrwatch' else '':<22} {len(incidents) if system == 'isrwatch' else '':>9}  "
+                  f"{system:<8} {len(s.delays):>6} {s.missed:>6} {s.already_firing:>6} {timing} {s.unmatched:>9}")
+        mine, theirs = figures["isrwatch"].delays, figures["peer"].delays
+        if mine and theirs:
+            print(f"  {'':<22} {'':>9}  isrwatch/peer: p50 {statistics.median(mine) / statistics.median(theirs):.2f}x, "
+                  f"p95 {_pct(mine, 0.95) / _pct(theirs, 0.95):.2f}x")
+    mine, theirs = pooled["isrwatch"], pooled["peer"]
+    if mine and theirs:
+        print(f"  all rules: isrwatch p50 {statistics.median(mine):.2f} s, p95 {_pct(mine, 0.95):.2f} s; peer p50 "
+              f"{statistics.median(theirs):.2f} s, p95 {_pct(theirs, 0.95):.2f} s; isrwatch/peer p50 "
+              f"{statistics.median(mine) / statistics.median(theirs):.2f}x, p95 "
+              f"{_pct(mine, 0.95) / _pct(theirs, 0.95):.2f}x")
+
+
+PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
+
+
+def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
+    """Spark's phases of the measured micro-batches that read rows, per query (jobs/progress_log.py):
+    addBatch is the foreachBatch body (validate: collect, checks, routing, commits; alerts: collect, rules,
+    gold commits, hand-over to the webhook lanes)."""
+    print("\n  isrwatch's micro-batches that read rows, Spark's phases in ms (p50 / p95):")
+    for name in ("validate", "alerts"):
+        batches = [p for p in progress if p["name"] == name and p["numInputRows"] > 0
+                   and datetime.fromisoformat(p["timestamp"]).timestamp() >= since_wall]
+        if not batches:
+            continue
+        cells = []
+        for phase in PHASES:
+            values = [float(p["durationMs"].get(phase, 0)) for p in batches]
+            cells.append(f"{phase} {statistics.median(values):.0f} / {_pct(values, 0.95):.0f}")
+        rows = [p["numInputRows"] for p in batches]
+        print(f"  {name:<9} {len(batches)} batches, {statistics.median(rows):.0f} rows (p50): " + ", ".join(cells))
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--runs", type=int, default=4, help="runs of the default scenario, one after the other")
+    p.add_argument("--duration", default=None, help="each run's simulated (= wall) time, e.g. 90s (default: the "
+                                                    "scenario's, 3m)")
+    p.add_argument("--keep", action="store_true", help="keep the work folder (logs, lakehouse)")
+    args = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="isrwatch-bench-alert-latency-"))
+    lake = str(work / "lakehouse")
+    tail = BronzeTail(lake)
+    server = Server(tail)
+    stop = threading.Event()
+    began = time.monotonic()
+    try:
+        print(f"warming up: a short emulator run (cluster -s{WARM_UP_SEED}), isrwatch's first micro-batches, "
+              "Prometheus and Alertmanager ready", flush=True)
+        if _emulate(lake, "--seed", str(WARM_UP_SEED), "--duration", "60s").wait() != 0:
+            raise SystemExit("the warm-up emulator run failed")
+        tail.skip_existing()
+        threading.Thread(target=tail.run, args=(stop,), daemon=True).start()
+        with isrwatch(work, lake, server.url("isrwatch")), peer(work, server.url("metrics"), server.url("peer")):
+            print(f"  ready in {time.monotonic() - began:.0f} s", flush=True)
+            time.sleep(2)
+            measured_from, measured_wall = time.monotonic(), time.time()
+            tail.measuring = True
+            for run in range(1, args.runs + 1):
+                started = time.monotonic()
+                extra = ("--duration", args.duration) if args.duration else ()
+                if _emulate(lake, "--seed", str(run), "--pace", "live", *extra).wait() != 0:
+                    raise SystemExit(f"emulator run {run} failed")
+                tail.check()
+                print(f"  run {run}/{args.runs} (cluster {SCENARIO.stem}-s{run}) written in "
+                      f"{time.monotonic() - started:.0f} s; {len(tail.incidents)} incidents so far", flush=True)
+            time.sleep(15)   # the last commits' notifications
+        print(f"\nbronze commit -> webhook POST, {args.runs} live run(s) of {SCENARIO.name} pooled, 2 cores shared "
+              f"by the emulator, isrwatch (validate + alerts), Prometheus, Alertmanager and this process")
+        report(tail, server, measured_from)
+        breakdown(read_progress(work / "progress.jsonl"), measured_wall)
+    finally:
+        stop.set()
+        server.http.shutdown()
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
