@@ -34,7 +34,7 @@ from foundation import object_store
 from foundation.delta_io import read_rows
 from kafka_fixture import KafkaCluster
 from object_store_fixture import S3Proxy
-from schemas.bronze import ACK_LEDGER, BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
+from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from schemas.gold import ALERT_EVENTS
 from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
@@ -175,6 +175,40 @@ def test_a_bad_bootstrap_address_exits_non_zero_with_a_clear_message(tmp_path: P
     assert not (tmp_path / "lake").exists(), "nothing was written"
 
 
+def test_the_collector_writes_its_tables_to_an_object_store_and_keeps_its_memory_on_local_disk(
+        cluster: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 24: `isrwatch collect --lakehouse s3a://…` with a local `--state-dir`. Its bronze tables land as objects
+    on an S3-compatible server (s3proxy on loopback) through delta-rs and read back there as the cluster was; the
+    collector's memory stays on the local disk. (The canary's ack ledger goes through the same sink; the emulator's
+    ack_ledger on the store is tested in tests/test_object_store.py.)"""
+    with S3Proxy(tmp_path / "s3proxy") as s3:
+        for key, value in s3.environment.items():   # the AWS SDK's variables, as a user sets them
+            monkeypatch.setenv(key, value)
+        object_store.use(None)
+        try:
+            lake, state = s3.uri("collected"), tmp_path / "state"
+            collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake, state_dir=str(state),
+                                                  metrics_urls={None: cluster.metrics_urls}, interval_s=1.0,
+                                                  timeout_s=TIMEOUT_S))
+            with Running(collector) as running:
+                wait_for(lambda: len(running.steps) >= 3, 60, "three intervals")
+            run_id = collector.run_id
+            runs = of_run(RUNS, lake, run_id).sort_values("batch_id")
+            assert len(runs) == len(running.steps) and runs["final"].tolist()[-1]
+            assert {list(r) == [1, 2, 3] for r in runs["broker_ids"]} == {True}
+            state_rows = of_run(PARTITION_STATE, lake, run_id)
+            per_batch = state_rows[state_rows["topic"] == TOPIC].groupby("batch_id")["partition"].apply(sorted)
+            assert len(per_batch) == len(runs) and {tuple(p) for p in per_batch} == {tuple(range(6))}
+            assert {1, 2, 3, 3000} <= set(of_run(BROKER_METRICS, lake, run_id)["broker_id"])
+            # Objects on the store, not files on a local path; the memory on the local disk, none on the store.
+            stored = s3.folder / "data" / "lake" / "collected"
+            assert (stored / "bronze" / "partition_state" / "_delta_log").is_dir()
+            assert not (stored / "_collector").exists()
+            assert [p.name for p in state.glob("_collector/*/*.json")] == ["partitions.json"]
+        finally:
+            object_store.use(None)
+
+
 # ---- the canary through the pipeline: refused writes, then acknowledged records lost ----------------------
 
 REFUSE_TOPIC = "canary-refuse"
@@ -238,31 +272,37 @@ def refusal_then_loss_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
     second = canary_collector(cluster, lake, UNCLEAN_TOPIC, min_insync_replicas=1,
                               topic_config={"unclean.leader.election.enable": "true"})
     loss = CanaryTotals(second)
-    with Running(second, on_step=loss.add):
-        wait_for(lambda: min(loss.acked[p] for p in range(3)) >= 10, 30, "canary writes acknowledged")
-        cluster.pause(2)
-        cluster.pause(3)
-        acked_at_pause = loss.acked[0]
-        wait_for(lambda: loss.acked[0] >= acked_at_pause + 30, 30, "30 records acknowledged by broker 1 alone")
-        cluster.kill(1)
-        time.sleep(1.0)   # the delivery reports of what broker 1 answered before it died
-        feed = second.canary
-        assert isinstance(feed, CanaryFeed)
-        acknowledged = CanaryState.load(feed.canary.save_state())
-        cluster.resume(2)
-        cluster.resume(3)
-        # The controller fences broker 1 (6 s) and unfences 2 and 3 once they have caught up with the metadata
-        # log; only then is one of them elected and the canary's writes acknowledged below what broker 1 acked.
-        # With the suite's other worker on the same two cores that took over 45 s once.
-        wait_for(lambda: loss.lost[0] > 0, 120, "the canary's loss on partition 0",
-                 lambda: f"leaders and ISRs {leaders_of(cluster, UNCLEAN_TOPIC)}, acknowledged {dict(loss.acked)}, "
-                         f"failed {loss.failed}")
-        time.sleep(2)   # the losses of the other partitions, reported in the same or the next interval
-    assert acknowledged is not None
-    log = read_log(cluster, UNCLEAN_TOPIC, [0, 1, 2], acknowledged.instance_id)
-    truly_lost = {p: sum(1 for o, s in acknowledged.ledger(p).acked_records() if log[p].get(o) != s)
-                  for p in range(3)}
-    cluster.restart(1)
+    try:
+        with Running(second, on_step=loss.add):
+            wait_for(lambda: min(loss.acked[p] for p in range(3)) >= 10, 30, "canary writes acknowledged")
+            cluster.pause(2)
+            cluster.pause(3)
+            acked_at_pause = loss.acked[0]
+            wait_for(lambda: loss.acked[0] >= acked_at_pause + 30, 30, "30 records acknowledged by broker 1 alone")
+            cluster.kill(1)
+            time.sleep(1.0)   # the delivery reports of what broker 1 answered before it died
+            feed = second.canary
+            assert isinstance(feed, CanaryFeed)
+            acknowledged = CanaryState.load(feed.canary.save_state())
+            cluster.resume(2)
+            cluster.resume(3)
+            # The controller fences broker 1 (6 s) and unfences 2 and 3 once they have caught up with the metadata
+            # log; only then is one of them elected and the canary's writes acknowledged below what broker 1 acked.
+            # With the suite's other worker on the same two cores that took over 45 s once.
+            wait_for(lambda: loss.lost[0] > 0, 120, "the canary's loss on partition 0",
+                     lambda: f"leaders and ISRs {leaders_of(cluster, UNCLEAN_TOPIC)}, acknowledged {dict(loss.acked)}, "
+                             f"failed {loss.failed}")
+            time.sleep(2)   # the losses of the other partitions, reported in the same or the next interval
+        assert acknowledged is not None
+        log = read_log(cluster, UNCLEAN_TOPIC, [0, 1, 2], acknowledged.instance_id)
+        truly_lost = {p: sum(1 for o, s in acknowledged.ledger(p).acked_records() if log[p].get(o) != s)
+                      for p in range(3)}
+    finally:
+        # Whatever happened above, the module's other tests get the whole cluster back.
+        for broker in (2, 3):
+            if cluster.nodes[broker].paused:
+                cluster.resume(broker)
+        cluster.restart(1)
     return {"lake": lake, "runs": (first.run_id, second.run_id), "refusal": refusal, "loss": loss,
             "truly_lost": truly_lost}
 
@@ -391,49 +431,3 @@ def test_the_emulator_agrees_with_this_cluster_on_a_stalled_follower(stalled_fol
         emulated_max, real_max = ({b: v for b, v in m[name].items() if v} for m in (emulated, real))
         assert emulated_max == real_max, (name, real[name], emulated[name])
 
-
-STORE_TOPIC = "canary-on-store"
-
-
-def test_the_collector_writes_its_tables_to_an_object_store_and_keeps_its_memory_on_local_disk(
-        cluster: KafkaCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 24: `isrwatch collect --lakehouse s3a://…` with a local `--state-dir`. Its bronze tables (the canary's
-    ack ledger among them) land as objects on an S3-compatible server (s3proxy on loopback) through delta-rs,
-    read back there as the cluster was; the collector's memory and the canary's state stay on the local disk."""
-    with S3Proxy(tmp_path / "s3proxy") as s3:
-        for key, value in s3.environment.items():   # the AWS SDK's variables, as a user sets them
-            monkeypatch.setenv(key, value)
-        object_store.use(None)
-        try:
-            lake, state = s3.uri("collected"), tmp_path / "state"
-
-            def start(_run_id: str, _state_dir: Path) -> CanaryFeed:
-                config = CanaryConfig(cluster.bootstrap_servers, topic=STORE_TOPIC, records_per_second=20.0,
-                                      leader_grace_ms=2_000, metadata_interval_ms=500)
-                return CanaryFeed(Canary(config, str(state)).start())
-
-            collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake, state_dir=str(state),
-                                                  metrics_urls={None: cluster.metrics_urls}, interval_s=1.0,
-                                                  timeout_s=TIMEOUT_S), canary_factory=start)
-            totals = CanaryTotals(collector)
-            with Running(collector, on_step=totals.add) as running:
-                wait_for(lambda: min(totals.acked[p] for p in range(3)) >= 10 and len(running.steps) >= 5, 60,
-                         "five intervals with canary writes acknowledged")
-            run_id = collector.run_id
-            runs = of_run(RUNS, lake, run_id).sort_values("batch_id")
-            assert len(runs) == len(running.steps) and runs["final"].tolist()[-1]
-            assert {list(r) == [1, 2, 3] for r in runs["broker_ids"]} == {True}
-            state_rows = of_run(PARTITION_STATE, lake, run_id)
-            per_batch = state_rows[state_rows["topic"] == TOPIC].groupby("batch_id")["partition"].apply(sorted)
-            assert len(per_batch) == len(runs) and {tuple(p) for p in per_batch} == {tuple(range(6))}
-            assert {1, 2, 3, 3000} <= set(of_run(BROKER_METRICS, lake, run_id)["broker_id"])
-            ledger = of_run(ACK_LEDGER, lake, run_id)
-            acked = ledger[ledger["topic"] == STORE_TOPIC].groupby("partition")["records_acked"].sum()
-            assert acked.to_dict() == {p: totals.acked[p] for p in range(3)}
-            # Objects on the store, not files on a local path; the memory on the local disk, none on the store.
-            stored = s3.folder / "data" / "lake" / "collected"
-            assert (stored / "bronze" / "ack_ledger" / "_delta_log").is_dir()
-            assert not (stored / "_collector").exists()
-            assert sorted(p.name for p in state.glob("_collector/*/*.json")) == ["canary_state.json", "partitions.json"]
-        finally:
-            object_store.use(None)
