@@ -164,7 +164,7 @@ def isrwatch(work: Path, lake: str, receiver: str) -> Iterator[subprocess.Popen[
         # without rows only now and then, so their absence is the sign.)
         def caught_up() -> bool:
             progress = read_progress(work / "progress.jsonl") if (work / "progress.jsonl").exists() else []
-            with_rows = [p for p in progress if p["numInputRows"] > 0]
+            with_rows = [p for p in progress if p.get("numInputRows", 0) > 0]
             if {p["name"] for p in with_rows} < {"validate", "alerts"}:
                 return False
             ended = max(datetime.fromisoformat(p["timestamp"]).timestamp() + p["durationMs"]["triggerExecution"] / 1000
@@ -270,7 +270,7 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
     gold commits, hand-over to the webhook lanes)."""
     print("\n  isrwatch's micro-batches that read rows, Spark's phases in ms (p50 / p95):")
     for name in ("validate", "alerts"):
-        batches = [p for p in progress if p["name"] == name and p["numInputRows"] > 0
+        batches = [p for p in progress if p["name"] == name and p.get("numInputRows", 0) > 0
                    and datetime.fromisoformat(p["timestamp"]).timestamp() >= since_wall]
         if not batches:
             continue
@@ -280,6 +280,15 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
             cells.append(f"{phase} {statistics.median(values):.0f} / {_pct(values, 0.95):.0f}")
         rows = [p["numInputRows"] for p in batches]
         print(f"  {name:<9} {len(batches)} batches, {statistics.median(rows):.0f} rows (p50): " + ", ".join(cells))
+    # validate's own steps inside addBatch, for the same batches (the steps lines carry no timestamp: by batch id)
+    measured = {p["batchId"] for p in progress if p["name"] == "validate" and "durationMs" in p
+                and datetime.fromisoformat(p["timestamp"]).timestamp() >= since_wall}
+    steps = [p["steps"] for p in progress if "steps" in p and p["batchId"] in measured]
+    if steps:
+        names = list(dict.fromkeys(name for s in steps for name in s))
+        cells = [f"{n} {statistics.median([1000 * s.get(n, 0.0) for s in steps]):.0f} / "
+                 f"{_pct([1000 * s.get(n, 0.0) for s in steps], 0.95):.0f}" for n in names]
+        print("  validate's addBatch, its own steps in ms (p50 / p95): " + ", ".join(cells))
 
 
 def main() -> None:

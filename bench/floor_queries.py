@@ -4,7 +4,7 @@
                                   [--dedup-window '10 minutes']
 
 - passthrough: broker_metrics copied to another Delta table, nothing else;
-- dedup: validate's own source (jobs/validate.py `bronze_union` over broker_metrics and runs: the union, the
+- dedup: validate's own source (jobs/validate_source.py `bronze_union` over broker_metrics and runs: the union, the
   natural keys, the de-duplication in the state store), the micro-batch cached on disk and counted, as validate
   does before it routes anything, timed inside the micro-batch as validate times that step;
 - dedup-in-memory: the same with Spark's in-memory state store (HDFSBackedStateStoreProvider, the keys on the
@@ -35,7 +35,7 @@ from pyspark.sql import functions as F
 from foundation.settings import PipelineSettings, load_settings
 from foundation.spark import build_spark_session
 from jobs.delta_tables import is_delta_table
-from jobs.validate import bronze_rows, bronze_union, natural_key
+from jobs.validate_source import bronze_rows, bronze_union, natural_key
 from schemas.bronze import BROKER_METRICS, RUNS
 from schemas.silver import SILVER_TABLES
 from schemas.table import TableDef

@@ -39,6 +39,7 @@ class ValidateSettings(BaseModel):
     counter_lookback: str = "2 minutes"
     ge_engine: Literal["auto", "pandas", "spark"] = "auto"
     ge_pandas_max_rows: int = Field(default=500_000, ge=1)
+    ge_behind: bool = True   # live batches: GE and the dq record run behind the batch (jobs/dq_behind.py)
     driver_writes: bool = True
     max_files_per_trigger: int = Field(default=1000, ge=1)
     maintain_every_batches: int = Field(default=600, ge=1)

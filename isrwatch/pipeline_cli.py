@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import sys
@@ -89,6 +90,7 @@ class Job:
     query: Any
     stats: Any
     paths: tuple[str, ...]     # the tables it reads (idle detection)
+    finish: Any = None         # called once its query stopped (validate: GE's batches still waiting)
 
     def status_line(self) -> str:
         progress = self.query.lastProgress or {}
@@ -123,8 +125,9 @@ def _settle(jobs: list[Job], job_settings: Any) -> None:
             job.query.awaitTermination()
 
 
-def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], Any]:
-    """Start the jobs in pipeline order; returns them and the alert webhook dispatcher (if any)."""
+def start_jobs(spark: Any, settings: Any, jobs: list[str], progress: Any = None) -> tuple[list[Job], Any]:
+    """Start the jobs in pipeline order; returns them and the alert webhook dispatcher (if any). `progress`, a
+    jobs/progress_log.ProgressLog, also gets validate's steps per batch."""
     from schemas.bronze import BRONZE_TABLES
     from schemas.silver import SILVER_TABLES
 
@@ -133,10 +136,11 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str]) -> tuple[list[Job], A
     if "validate" in jobs:
         from jobs.validate import start_validation
 
-        running = start_validation(spark, settings)
+        on_steps = None if progress is None else functools.partial(progress.steps, "validate")
+        running = start_validation(spark, settings, on_steps=on_steps)
         bronze = {td.name: td.path(lake) for td in BRONZE_TABLES}
         tables = tuple(bronze[td.name] for td in running.validator.tables)
-        started.append(Job("validate", running.query, running.validator.stats, tables))
+        started.append(Job("validate", running.query, running.validator.stats, tables, running.finish))
         _settle(started, settings.validate_)
     if "posture" in jobs:
         from jobs.posture import start_posture
@@ -188,20 +192,20 @@ def main_pipeline(args: argparse.Namespace) -> int:
         listener = ProgressLog(args.progress_log)
         spark.streams.addListener(listener)
     try:
-        return _run(spark, settings, jobs, args)
+        return _run(spark, settings, jobs, args, listener)
     finally:
         if listener is not None:   # the session may outlive this call (tests share one)
             spark.streams.removeListener(listener)
 
 
-def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace) -> int:
+def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, progress: Any) -> int:
     from jobs.delta_tables import SchemaDriftError
     from jobs.streaming import stop_between_batches
     from pipelines.alert_rules import AlertConfigError
     from pipelines.slo_spec import SloConfigError
 
     try:
-        running, dispatcher = start_jobs(spark, settings, jobs)
+        running, dispatcher = start_jobs(spark, settings, jobs, progress)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
@@ -215,6 +219,9 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace) -
     except KeyboardInterrupt:  # a second signal: at once
         for job in running:
             job.query.stop()
+    for job in running:
+        if job.finish is not None:
+            job.finish()
     if dispatcher is not None:
         dispatcher.wait_idle(30)
         dispatcher.stop()

@@ -23,15 +23,22 @@ class ProgressLog(StreamingQueryListener):
         self.path = Path(path)
         self._lock = threading.Lock()
 
+    def steps(self, name: str, batch_id: int, rows: int, steps: list[tuple[str, float]]) -> None:
+        """A job's own steps of one batch (validate's `on_steps`): `{"name", "batchId", "rows", "steps"}`, seconds
+        per step, beside Spark's phases of the same batch."""
+        self._write({"name": name, "batchId": batch_id, "rows": rows, "steps": dict(steps)})
+
+    def _write(self, record: dict[str, Any]) -> None:
+        with self._lock, self.path.open("a", encoding="utf-8") as out:
+            out.write(json.dumps(record) + "\n")
+
     def onQueryStarted(self, event: Any) -> None:
         pass
 
     def onQueryProgress(self, event: Any) -> None:
         p = event.progress
-        line = json.dumps({"name": p.name, "batchId": p.batchId, "timestamp": p.timestamp,
-                           "numInputRows": p.numInputRows, "durationMs": dict(p.durationMs)})
-        with self._lock, self.path.open("a", encoding="utf-8") as out:
-            out.write(line + "\n")
+        self._write({"name": p.name, "batchId": p.batchId, "timestamp": p.timestamp,
+                     "numInputRows": p.numInputRows, "durationMs": dict(p.durationMs)})
 
     def onQueryIdle(self, event: Any) -> None:
         pass
@@ -41,7 +48,8 @@ class ProgressLog(StreamingQueryListener):
 
 
 def read_progress(path: str | Path) -> list[dict[str, Any]]:
-    """The lines a ProgressLog wrote (a torn last line, from a process killed mid-write, is left out)."""
+    """The lines a ProgressLog wrote (a torn last line, from a process killed mid-write, is left out): Spark's
+    progress events, and the `steps` lines (which have no `durationMs`)."""
     out = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         try:

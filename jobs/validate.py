@@ -18,10 +18,10 @@ batch replayed after a crash recomputes the same rows and skips each write it al
 
 from __future__ import annotations
 
-import argparse
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,13 +33,14 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark import StorageLevel
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.batch_appender import BatchAppender
 from foundation.delta_io import open_table
-from foundation.settings import PipelineSettings, SettingsError, interval_ms, load_settings, parse_spark_conf
+from foundation.settings import PipelineSettings, SettingsError, interval_ms
+from foundation.spool import Spool
 from jobs import driver_signals
 from jobs.delta_tables import (
     SchemaDriftError,
@@ -48,17 +49,23 @@ from jobs.delta_tables import (
     is_delta_table,
     wait_for_tables,
 )
+from jobs.dq_behind import DqBehind, Waiting
+from jobs.ge_process import GeProcess
 from jobs.step_clock import StepClock
 from jobs.streaming import await_query, die_here_if_asked, wait_started
+from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
     SOURCE_STEP,
     DriverContext,
+    RoutedOnDriver,
     SparkRoute,
     TableCheck,
     driver_share,
     route_on_driver,
+    verified,
 )
+from jobs.validate_source import bronze_union, table_column
 from pipelines.context import (
     METER_KEY,
     PARTITION_KEY,
@@ -98,11 +105,6 @@ class BatchStats:
         self.total_quarantined += rows_in - rows_valid
 
 
-def _table_column(name: str) -> str:
-    """The union's struct column holding a row of bronze table `name` (null on other tables' rows)."""
-    return f"_{name}"
-
-
 @dataclass
 class UnionValidator:
     """The foreachBatch body: split the union micro-batch per table, route each, record the verdicts."""
@@ -116,6 +118,12 @@ class UnionValidator:
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
+    # Called after each batch with its id, rows and steps (the driver route's too): the progress log's
+    # breakdown of a live batch (`isrwatch pipeline run --progress-log`).
+    on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None
+    behind: DqBehind | None = None  # GE and the dq record behind the batch (and a previous run's left there)
+    ge_behind: bool = False         # live batches hand GE to `behind`
+    ge_process: GeProcess | None = None  # where `behind` runs GE
 
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
@@ -153,24 +161,40 @@ class UnionValidator:
             clock.lap(SOURCE_STEP)
             v = self.settings.validate_
             on_driver = v.ge_engine == "pandas" or (v.ge_engine == "auto" and rows <= v.ge_pandas_max_rows)
-            checks = self._on_driver(batch, batch_id) if on_driver else self._split(batch, batch_id, clock)
+            if on_driver:
+                routed = self._on_driver(batch, batch_id, clock)
+            else:
+                checks = self._split(batch, batch_id, clock)
         finally:
             batch.unpersist()
-        self._record(checks, batch_id, clock.started)
-        if not on_driver:  # minutes of work: say where they went (live batches stay quiet)
+        if on_driver and self.behind is not None and self.ge_behind:  # a live batch ends here: GE follows
+            self._after([r for r, _ in routed], batch_id, _ms_since(clock.started))
+            self.behind.submit(batch_id, routed, _ms_since(clock.started))
+            clock.lap("great expectations handed over")
+        else:
+            if on_driver:
+                checks = self._checked(routed, batch_id)
+                clock.lap("great expectations")
+            took = _ms_since(clock.started)
+            self._commit_dq([(c, at_us, batch_id, took) for c, at_us in checks], batch_id)
+            self._after([c for c, _ in checks], batch_id, _ms_since(clock.started))
             clock.lap("dq record")
+        if not on_driver:  # minutes of work: say where they went (live batches stay quiet)
             self.log(clock.line(batch_id, rows))
+        if self.on_steps is not None:
+            self.on_steps(batch_id, rows, clock.steps)
 
-    def _on_driver(self, batch: DataFrame, batch_id: int) -> list[tuple[TableCheck, int]]:
+    def _on_driver(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[RoutedOnDriver, int]]:
         """The batch collected once through Arrow and routed per table on the driver: no other Spark job.
         Every table reaches silver before Great Expectations validates any (readers wait for silver)."""
         collected = batch.toArrow()
+        clock.lap("collect")
         lake, routed = self.settings.lakehouse, []
         for td in self.tables:
             mine = collected.filter(pc.equal(collected.column("_table"), td.name))
             if mine.num_rows == 0:
                 continue
-            struct = mine.column(_table_column(td.name)).combine_chunks()
+            struct = mine.column(table_column(td.name)).combine_chunks()
             rows = pa.Table.from_arrays([*struct.flatten(), mine.column("ingested_at")],
                                         names=[*(f.name for f in struct.type), "ingested_at"])
             if td.name == RUNS.name:
@@ -180,7 +204,34 @@ class UnionValidator:
                 self.context.topics.fold(rows)
             routed.append((route_on_driver(td, rows, batch_id, self.context, self._appender(td.name), lake),
                            _max_micros(rows.column("ingested_at"))))
+        clock.lap("route and write")
+        return routed
+
+    def _checked(self, routed: list[tuple[RoutedOnDriver, int]], batch_id: int) -> list[tuple[TableCheck, int]]:
         return [(r.checked(self.ge, batch_id), at_us) for r, at_us in routed]
+
+    def check_and_commit(self, group: list[Waiting]) -> None:
+        """GE on a group of live batches' rows, table by table in one run each, then their dq records in one commit
+        (DqBehind's worker, behind the batches). Batches whose records a previous run committed are left out."""
+        lake = self.settings.lakehouse
+        done = self._appender("dq_runs").last_committed(DQ_RUNS.path(lake))
+        group = [g for g in group if g[0] > done]
+        if not group:
+            return
+        if self.ge_process is None:
+            self.ge_process = GeProcess()
+        by_table: dict[str, list[RoutedOnDriver]] = {}
+        for _, routed, _ in group:
+            for r, _ in routed:
+                by_table.setdefault(r.table, []).append(r)
+        outcomes = self.ge_process.outcomes({t: pa.concat_tables([r.ge_rows for r in rs], promote_options="default")
+                                             for t, rs in by_table.items()})
+        last = group[-1][0]
+        for t, rs in by_table.items():  # GE must count what the routing counted, over the group's rows
+            verified(BRONZE_BY_NAME[t], last, dict(sum((Counter(r.counts) for r in rs), Counter())), outcomes[t])
+        self._commit_dq([(TableCheck(r.table, r.rows_in, r.rows_valid, r.counts, outcomes[r.table], r.runs, None),
+                          at_us, batch_id, duration_ms)
+                         for batch_id, routed, duration_ms in group for r, at_us in routed], last)
 
     def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[TableCheck, int]]:
         """A batch too large for the driver: its small tables that fit within `ge_pandas_max_rows` together are
@@ -194,19 +245,20 @@ class UnionValidator:
                  else driver_share({t: n for t, (n, _) in present.items()}, v.ge_pandas_max_rows))
         checks = []
         if small:
-            checks = self._on_driver(batch.where(F.col("_table").isin(sorted(small))), batch_id)
+            routed = self._on_driver(batch.where(F.col("_table").isin(sorted(small))), batch_id, StepClock())
+            checks = self._checked(routed, batch_id)
             clock.lap(f"{' and '.join(t.name for t in self.tables if t.name in small)} on the driver")
         for td in self.tables:
             if td.name not in present or td.name in small:
                 continue
-            rows = batch.where(F.col("_table") == td.name).select(f"{_table_column(td.name)}.*", "ingested_at")
+            rows = batch.where(F.col("_table") == td.name).select(f"{table_column(td.name)}.*", "ingested_at")
             check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name), clock)
             checks.append((check, present[td.name][1]))
         return checks
 
-    def _record(self, checks: list[tuple[TableCheck, int]], batch_id: int, began: float) -> None:
-        """One silver.dq_runs commit for the whole batch, then the driver's meter counts and the stats."""
-        duration_ms = int((time.monotonic() - began) * 1000)
+    def _commit_dq(self, checks: list[tuple[TableCheck, int, int, int]], marker_batch: int) -> None:
+        """One silver.dq_runs commit: a record per (table check, newest ingested_at µs, batch id, duration ms), marked
+        with `marker_batch` (a batch, or the newest of a group checked behind the batches)."""
         dq = pa.Table.from_pylist([{
             "table_name": c.table, "validate_batch_id": batch_id, "ingested_at": at_us, "rows_in": c.rows_in,
             "rows_valid": c.rows_valid, "rows_quarantined": c.rows_in - c.rows_valid,
@@ -215,19 +267,22 @@ class UnionValidator:
             "ge_success": c.ge.success, "ge_evaluated_expectations": c.ge.evaluated,
             "ge_successful_expectations": c.ge.successful, "ge_engine": c.ge.engine, "runs": c.runs,
             "batch_duration_ms": duration_ms,
-        } for c, at_us in checks], schema=DQ_RUNS.arrow_schema.set(2, pa.field("ingested_at", pa.int64())))
+        } for c, at_us, batch_id, duration_ms in checks],
+            schema=DQ_RUNS.arrow_schema.set(2, pa.field("ingested_at", pa.int64())))
         self._appender("dq_runs").append_rows(dq.cast(DQ_RUNS.arrow_schema), DQ_RUNS.path(self.settings.lakehouse),
-                                              batch_id)
-        for c, _ in checks:
+                                              marker_batch)
+        for c, _, batch_id, _ in checks:
             die_here_if_asked(c.table, batch_id, "after_dq")
-        for c, _ in checks:  # after the batch committed: a replay must see what silver holds
+
+    def _after(self, done: Sequence[TableCheck | RoutedOnDriver], batch_id: int, duration_ms: int) -> None:
+        """Once the batch's rows are in silver: the driver's meter counts and partition states, the stats."""
+        for c in done:  # a replay after a crash reloads them from silver
             if c.valid_meters is not None:
                 self.last_counts[c.table].fold(c.valid_meters())
             if c.valid_states is not None:
                 self.last_states[c.table].fold(c.valid_states())
             self.table_stats[c.table].add(batch_id, c.rows_in, c.rows_valid, duration_ms)
-        self.stats.add(batch_id, sum(c.rows_in for c, _ in checks), sum(c.rows_valid for c, _ in checks),
-                       duration_ms)
+        self.stats.add(batch_id, sum(c.rows_in for c in done), sum(c.rows_valid for c in done), duration_ms)
         every = self.settings.validate_.maintain_every_batches
         if batch_id > 0 and batch_id % every == 0:
             self._maintain()
@@ -280,40 +335,12 @@ def _driver_read(td: TableDef, lakehouse: str, columns: list[str], where: pc.Exp
     return table.to_pyarrow_dataset().to_table(columns=columns, filter=where).cast(schema)
 
 
+def _ms_since(began: float) -> int:
+    return int((time.monotonic() - began) * 1000)
+
+
 def _max_micros(column: pa.ChunkedArray) -> int:
     return int(pc.cast(pc.max(column), pa.int64()).as_py())
-
-
-def natural_key(td: TableDef) -> Column:
-    """A row's natural key as one JSON string (microsecond timestamps, so distinct times stay distinct)."""
-    return F.to_json(F.struct(*td.natural_key), {"timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"})
-
-
-def bronze_rows(spark: SparkSession, settings: PipelineSettings, tables: list[TableDef],
-                starting_versions: dict[str, int]) -> DataFrame:
-    """One streaming DataFrame over the bronze tables: `_table`, `_key` (the natural key as JSON), one struct
-    column per table holding its row, and `ingested_at`; every row, duplicates too."""
-    v = settings.validate_
-    frames = []
-    for td in tables:
-        reader = spark.readStream.format("delta").option("maxFilesPerTrigger", v.max_files_per_trigger)
-        if td.name in starting_versions:
-            reader = reader.option("startingVersion", starting_versions[td.name])
-        source = reader.load(td.path(settings.lakehouse))
-        frames.append(source.select(F.lit(td.name).alias("_table"), natural_key(td).alias("_key"),
-                                    F.struct(*source.columns).alias(_table_column(td.name))))
-    union = frames[0]
-    for frame in frames[1:]:
-        union = union.unionByName(frame, allowMissingColumns=True)
-    return union.withColumn("ingested_at", F.current_timestamp())
-
-
-def bronze_union(spark: SparkSession, settings: PipelineSettings, tables: list[TableDef],
-                 starting_versions: dict[str, int]) -> DataFrame:
-    """`bronze_rows`, de-duplicated per table and key within the window (in the state store)."""
-    return (bronze_rows(spark, settings, tables, starting_versions)
-            .withWatermark("ingested_at", settings.validate_.dedup_window)
-            .dropDuplicatesWithinWatermark(["_table", "_key"]))
 
 
 @dataclass
@@ -325,9 +352,18 @@ class RunningValidation:
     def queries(self) -> dict[str, StreamingQuery]:
         return {"validate": self.query}
 
+    def finish(self) -> None:
+        """After the query stopped: the batches still waiting for GE get their dq records."""
+        if self.validator.behind is not None and not self.validator.behind.drain():
+            print("validate: Great Expectations still running at exit: its batches are validated at the next start",
+                  file=sys.stderr)
+        if self.validator.ge_process is not None:
+            self.validator.ge_process.close()
+
 
 def start_validation(spark: SparkSession, settings: PipelineSettings,
-                     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningValidation:
+                     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None) -> RunningValidation:
     """Check schemas, then start the streaming query over every configured bronze table."""
     v = settings.validate_
     # Reference tables first (a stable sort keeps the configured order otherwise).
@@ -345,13 +381,21 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/validate/union"
     starting = continue_from_per_table_checkpoints(spark, settings.checkpoint_root, checkpoint,
                                                    [td.name for td in tables], log)
-    validator = UnionValidator(spark, settings, tables, log=log)
+    validator = UnionValidator(spark, settings, tables, log=log, on_steps=on_steps)
+    validator.behind = DqBehind(Spool(f"{checkpoint}/dq_pending"), validator.check_and_commit)
+    validator.ge_behind = v.ge_behind and v.trigger == "live"
     writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
               .foreachBatch(validator).option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
               else writer.trigger(processingTime=v.trigger_interval))
     query = writer.start()
     validator.query_id = str(query.id)
+    # Before the first batch (which waits for `started`): a previous run's batches left waiting for GE.
+    try:
+        validator.behind.start(BRONZE_BY_NAME)
+    except BaseException:
+        query.stop()
+        raise
     validator.started.set()
     return RunningValidation(query, validator)
 
@@ -363,41 +407,6 @@ def _context_tables(td: TableDef) -> set[str]:
     if "topic" in td.context:
         needs.add(TOPIC_CONFIGS.name)
     return needs
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="jobs/validate.py", description=__doc__.split("\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
-    p.add_argument("--lakehouse", default=None, help="lakehouse root: path or Hadoop URI (overrides the config)")
-    p.add_argument("--checkpoints", default=None, help="checkpoint root (default <lakehouse>/_checkpoints)")
-    p.add_argument("--tables", default=None, help="comma-separated bronze tables (default: all)")
-    p.add_argument("--trigger", choices=["live", "available-now"], default=None)
-    p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
-    p.add_argument("--ge-engine", choices=["auto", "pandas", "spark"], default=None)
-    p.add_argument("--ge-pandas-max-rows", type=int, default=None,
-                   help="with --ge-engine auto: most rows of a micro-batch checked on the driver")
-    p.add_argument("--max-files-per-trigger", type=int, default=None)
-    p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="Spark setting for a session this job builds (repeatable)")
-    p.add_argument("--verbose", action="store_true",
-                   help="show Spark's and the JVM's own log lines (Spark's default: WARN and up) and py4j's")
-    return p
-
-
-def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
-    spark_conf = parse_spark_conf(args.conf)
-    settings = load_settings(args.config, {
-        "lakehouse": args.lakehouse, "checkpoints": args.checkpoints,
-        "validate.tables": args.tables.split(",") if args.tables else None,
-        "validate.trigger": args.trigger, "validate.trigger_interval": args.trigger_interval,
-        "validate.ge_engine": args.ge_engine, "validate.ge_pandas_max_rows": args.ge_pandas_max_rows,
-        "validate.max_files_per_trigger": args.max_files_per_trigger,
-        "validate.wait_for_tables_seconds": args.wait_for_tables,
-    })
-    settings.spark.update(spark_conf)
-    return settings
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     from foundation.spark import build_spark_session
@@ -421,7 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = ", ".join(td.name for td in running.validator.tables)
     print(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}",
           file=sys.stderr)
-    if await_query(running.query):
+    stopped = await_query(running.query)
+    running.finish()
+    if stopped:
         print("validate: stopped; checkpoints are consistent, a restart resumes", file=sys.stderr)
         return 130
     failed = running.query.exception() is not None

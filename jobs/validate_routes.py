@@ -144,13 +144,17 @@ class RoutedOnDriver:
     rows_valid: int
     counts: dict[str, int]
     runs: list[str]
-    ge_frame: Any  # what GE's pandas engine validates: the rows with their context, timestamps as epoch µs
+    ge_rows: pa.Table  # what GE's pandas engine validates: the rows with their context
     valid_meters: Callable[[], Any] | None
     valid_states: Callable[[], Any] | None
 
+    @property
+    def table(self) -> str:
+        return self.td.name
+
     def checked(self, ge: SuiteValidator, batch_id: int) -> TableCheck:
         """GE's verdict on the same rows, which must count the same failures as the routing did."""
-        outcome = ge.validate_frame(self.td, self.ge_frame)
+        outcome = ge.validate_frame(self.td, arrow_to_ge_frame(self.ge_rows))
         verified(self.td, batch_id, self.counts, outcome)
         return TableCheck(self.td.name, self.rows_in, self.rows_valid, self.counts, outcome, self.runs,
                           self.valid_meters, self.valid_states)
@@ -210,8 +214,7 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
     if td.name in ctx.last_states:
         def states() -> Any:
             return arrow_to_ge_frame(valid.select([*PARTITION_KEY, "ts", *STATE_VALUES]))
-    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, arrow_to_ge_frame(data),
-                          meters, states)
+    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, data, meters, states)
 
 
 @dataclass

@@ -58,15 +58,16 @@ class SuiteValidator:
     """One ephemeral GE data context per process with a pandas and a Spark data source, one suite per
     table, built on first use."""
 
-    def __init__(self) -> None:
+    def __init__(self, engines: tuple[str, ...] = ("pandas", "spark")) -> None:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
         self.context = gx.get_context(mode="ephemeral")
         self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
-        sources: dict[str, Any] = {"pandas": self.context.data_sources.add_pandas(name="pandas_batches"),
-                   "spark": self.context.data_sources.add_spark(name="spark_batches")}
+        add = {"pandas": lambda: self.context.data_sources.add_pandas(name="pandas_batches"),
+               "spark": lambda: self.context.data_sources.add_spark(name="spark_batches")}
+        sources: dict[str, Any] = {engine: add[engine]() for engine in engines}
         self.batch_definitions = {
             engine: source.add_dataframe_asset(name="micro_batch").add_batch_definition_whole_dataframe("whole")
             for engine, source in sources.items()

@@ -58,12 +58,18 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
     assert len(receiver.delivered()) == len(delivered) == (records["outcome"] == "sending").sum()
     # Every micro-batch's phases, per query, as Spark timed them.
     progress = read_progress(tmp_path / "progress.jsonl")
-    with_rows = [p for p in progress if p["numInputRows"] > 0]
+    with_rows = [p for p in progress if p.get("numInputRows", 0) > 0]
     assert {p["name"] for p in with_rows} == {"validate", "posture", "slo", "alerts"}
     validated = sum(p["numInputRows"] for p in with_rows if p["name"] == "validate")
     assert validated == sum(DeltaTable(td.path(lake)).to_pyarrow_table().num_rows for td in BRONZE_TABLES
                             if td.name in load_settings().validate_.tables)
     assert all(0 <= p["durationMs"]["addBatch"] <= p["durationMs"]["triggerExecution"] for p in with_rows)
+    # validate's own steps of the same batches, beside Spark's phases: rows as Spark counted them, each step timed
+    steps = {p["batchId"]: p for p in progress if "steps" in p}
+    spark_batches = {p["batchId"]: p["numInputRows"] for p in with_rows if p["name"] == "validate"}
+    assert {b: steps[b]["rows"] for b in spark_batches} == spark_batches
+    assert all({"collect", "route and write", "great expectations", "dq record"} <= set(steps[b]["steps"])
+               and all(s >= 0 for s in steps[b]["steps"].values()) for b in spark_batches)
 
 
 def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:

@@ -23,7 +23,7 @@ def test_once_a_table_does_not_fit_no_larger_one_is_taken_and_ties_go_by_name() 
 
 def test_the_validate_flag_sets_the_limit_and_a_limit_below_one_row_is_refused_by_name() -> None:
     from foundation.settings import SettingsError
-    from jobs.validate import build_parser, settings_from_args
+    from jobs.validate_args import build_parser, settings_from_args
 
     args = build_parser().parse_args(["--lakehouse", "/tmp/lake", "--ge-pandas-max-rows", "50000"])
     assert settings_from_args(args).validate_.ge_pandas_max_rows == 50_000

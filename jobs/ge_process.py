@@ -1,0 +1,49 @@
+"""Great Expectations in a child process, for the checks that run behind live batches (jobs/dq_behind.py).
+
+GE's pandas engine spends ~0.5 s of pure Python per table and run. In a thread of the driver it holds the GIL that
+long, and every micro-batch running meanwhile (its py4j calls, its Arrow conversions) waits for it: a live batch
+took 60 % longer. A spawned child has its own interpreter; only the tables' rows (Arrow) and the outcomes cross.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import pyarrow as pa
+
+from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
+from schemas.bronze import BRONZE_TABLES
+
+_validator: SuiteValidator | None = None
+
+
+def _suite_validator() -> SuiteValidator:
+    global _validator
+    if _validator is None:
+        _validator = SuiteValidator(engines=("pandas",))  # no Spark session here
+    return _validator
+
+
+def _outcomes(tables: dict[str, pa.Table]) -> dict[str, GeOutcome]:
+    by_name = {td.name: td for td in BRONZE_TABLES}
+    try:
+        ge = _suite_validator()
+        return {name: ge.validate_frame(by_name[name], arrow_to_ge_frame(rows)) for name, rows in tables.items()}
+    except Exception as e:  # as text: some exceptions (pyspark's) cannot be unpickled in the parent
+        raise RuntimeError(f"{type(e).__name__}: {e}") from None
+
+
+class GeProcess:
+    """One child process; GE is imported there as soon as it starts, so the first check does not wait for it."""
+
+    def __init__(self) -> None:
+        self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+        self.pool.submit(_suite_validator)
+
+    def outcomes(self, tables: dict[str, pa.Table]) -> dict[str, GeOutcome]:
+        """Each bronze table's rows (name -> rows with their context) -> GE's outcome on them."""
+        return self.pool.submit(_outcomes, tables).result()
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
