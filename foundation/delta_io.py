@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction
@@ -68,11 +68,14 @@ class AppVersions:
         return self.known[path]
 
     def write_once(self, td: TableDef, lakehouse: str, rows: pa.Table, version: int,
-                   mode: Literal["append", "overwrite"] = "append") -> bool:
+                   mode: Literal["append", "overwrite"] = "append", predicate: str | None = None) -> bool:
+        """`predicate` (an overwrite): replace only the rows matching it, which all of `rows` must."""
         if self.committed(td, lakehouse) >= version:
             return False
+        extra: dict[str, Any] = {} if predicate is None else {"predicate": predicate}
         write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
-                            commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, version)]))
+                            commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, version)]),
+                            **extra)
         self.known[td.path(lakehouse)] = version
         return True
 

@@ -84,6 +84,9 @@ class GoldJobSettings(BaseModel):
 class AlertsSettings(GoldJobSettings):
     rules: str | None = None            # default conf/alerts.yaml
     webhooks: bool = True
+    # Which job evaluates the rules on silver tables: validate, on the rows it has just checked (one streaming
+    # query from a bronze commit to the webhook), or the alerts job, from silver (a second query in series).
+    silver_rules_in: Literal["validate", "alerts"] = "validate"
     # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
     driver_max_rows: int = Field(default=500_000, ge=0)
 

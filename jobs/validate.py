@@ -1,4 +1,5 @@
-"""Streaming validation: bronze Delta tables -> silver / quarantine / silver.dq_runs, exactly once.
+"""Streaming validation: bronze Delta tables -> silver / quarantine / silver.dq_runs, exactly once; and the alerts
+of the rules on silver tables, evaluated on the rows just checked (jobs/validate_alerts.py).
 
     spark-submit [--master …] --jars <delta jars> jobs/validate.py [--lakehouse URI] [--trigger …]
 
@@ -25,7 +26,6 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -38,7 +38,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.batch_appender import BatchAppender
-from foundation.delta_io import open_table
 from foundation.settings import PipelineSettings, SettingsError, interval_ms
 from foundation.spool import Spool
 from jobs import driver_signals
@@ -53,8 +52,10 @@ from jobs.dq_behind import DqBehind, Waiting
 from jobs.ge_process import GeProcess
 from jobs.step_clock import StepClock
 from jobs.streaming import await_query, die_here_if_asked, wait_started
+from jobs.validate_alerts import SilverAlerts, silver_stage
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
+from jobs.validate_reads import DriverReads
 from jobs.validate_routes import (
     SOURCE_STEP,
     DriverContext,
@@ -66,16 +67,14 @@ from jobs.validate_routes import (
     verified,
 )
 from jobs.validate_source import bronze_union, table_column
+from pipelines.alert_rules import AlertConfigError
 from pipelines.context import (
-    METER_KEY,
-    PARTITION_KEY,
-    STATE_VALUES,
     LastCounts,
     LastStates,
 )
 from pipelines.driver_context import RunWindows, TopicPartitions
 from pipelines.driver_invariants import BrokerRegistry
-from pipelines.great_expectations_check import SuiteValidator, arrow_to_ge_frame, import_in_background
+from pipelines.great_expectations_check import SuiteValidator, import_in_background
 from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
@@ -124,19 +123,18 @@ class UnionValidator:
     behind: DqBehind | None = None  # GE and the dq record behind the batch (and a previous run's left there)
     ge_behind: bool = False         # live batches hand GE to `behind`
     ge_process: GeProcess | None = None  # where `behind` runs GE
+    alerts: SilverAlerts | None = None   # the rules on silver tables (alerts.silver_rules_in: validate)
 
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
         self.last_counts = {td.name: LastCounts(lookback_us) for td in self.tables if "previous_count" in td.context}
         self.last_states = {td.name: LastStates(lookback_us) for td in self.tables if "previous_state" in td.context}
-        self.context = DriverContext(RunWindows(self._reference_loader(RUNS, ("run_id", "batch_id", "start_ts",
-                                                                              "end_ts"))),
-                                     TopicPartitions(self._reference_loader(TOPIC_CONFIGS, ("run_id", "topic",
-                                                                                           "partitions"))),
-                                     self.last_counts, self._silver_counts_before,
-                                     BrokerRegistry(self._reference_loader(RUNS, ("run_id", "broker_ids",
-                                                                                  "controller_ids"))),
-                                     self.last_states, self._silver_states_before)
+        reads = DriverReads(self.settings.lakehouse, lookback_us)
+        self.context = DriverContext(RunWindows(reads.reference(RUNS, ("run_id", "batch_id", "start_ts", "end_ts"))),
+                                     TopicPartitions(reads.reference(TOPIC_CONFIGS, ("run_id", "topic", "partitions"))),
+                                     self.last_counts, reads.silver_counts_before,
+                                     BrokerRegistry(reads.reference(RUNS, ("run_id", "broker_ids", "controller_ids"))),
+                                     self.last_states, reads.silver_states_before)
         self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
                              for td in self.tables}
         self.table_stats = {td.name: BatchStats() for td in self.tables}
@@ -164,9 +162,15 @@ class UnionValidator:
             if on_driver:
                 routed = self._on_driver(batch, batch_id, clock)
             else:
-                checks = self._split(batch, batch_id, clock)
+                checks, at_us = self._split(batch, batch_id, clock)
         finally:
             batch.unpersist()
+        if self.alerts is not None:  # on the rows just written to silver, before GE's report
+            if on_driver:
+                self.alerts.on_driver(batch_id, [r for r, _ in routed])
+            else:
+                self.alerts.in_silver(batch_id, at_us)
+            clock.lap("alerts")
         if on_driver and self.behind is not None and self.ge_behind:  # a live batch ends here: GE follows
             self._after([r for r, _ in routed], batch_id, _ms_since(clock.started))
             self.behind.submit(batch_id, routed, _ms_since(clock.started))
@@ -233,7 +237,7 @@ class UnionValidator:
                           at_us, batch_id, duration_ms)
                          for batch_id, routed, duration_ms in group for r, at_us in routed], last)
 
-    def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[TableCheck, int]]:
+    def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> tuple[list[tuple[TableCheck, int]], int]:
         """A batch too large for the driver: its small tables that fit within `ge_pandas_max_rows` together are
         collected and routed on the driver (on Spark each costs seconds of jobs, whatever its size); every other
         table is routed by Spark, GE's Spark engine validating (all of them with `ge_engine: spark`)."""
@@ -254,7 +258,7 @@ class UnionValidator:
             rows = batch.where(F.col("_table") == td.name).select(f"{table_column(td.name)}.*", "ingested_at")
             check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name), clock)
             checks.append((check, present[td.name][1]))
-        return checks
+        return checks, max(at_us for _, at_us in present.values())  # the batch's ingested_at
 
     def _commit_dq(self, checks: list[tuple[TableCheck, int, int, int]], marker_batch: int) -> None:
         """One silver.dq_runs commit: a record per (table check, newest ingested_at µs, batch id, duration ms), marked
@@ -287,32 +291,6 @@ class UnionValidator:
         if batch_id > 0 and batch_id % every == 0:
             self._maintain()
 
-    def _reference_loader(self, td: TableDef, cols: tuple[str, ...]) -> Callable[[Sequence[str]], pa.Table]:
-        """Rows of a bronze reference table for some runs, read on a driver cache miss (by delta-rs: no Spark
-        job on the live path)."""
-        def load(run_ids: Sequence[str]) -> pa.Table:
-            return _driver_read(td, self.settings.lakehouse, list(cols), pc.field("run_id").isin(list(run_ids)))
-        return load
-
-    def _silver_before(self, td: TableDef, cols: list[str], run_ids: list[str], min_ts_us: int) -> pa.Table:
-        """Silver rows of `run_ids` within the look-back before `min_ts_us` (the first batch after a start)."""
-        lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
-        ts = pa.timestamp("us", tz="UTC")
-        window = (pc.field("run_id").isin(run_ids) & (pc.field("ts") >= pa.scalar(min_ts_us - lookback_us, ts))
-                  & (pc.field("ts") < pa.scalar(min_ts_us, ts)))
-        return _driver_read(SILVER_TABLES[td.name], self.settings.lakehouse, cols, window)
-
-    def _silver_counts_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
-        """The silver meter rows before the batch within the look-back (`LastCounts.fold` keeps the newest)."""
-        rows = self._silver_before(td, [*METER_KEY, "ts", "kind", "count"], run_ids, min_ts_us)
-        meters = rows.filter(pc.and_(pc.equal(rows.column("kind"), "meter"), pc.is_valid(rows.column("count"))))
-        return arrow_to_ge_frame(meters.select([*METER_KEY, "ts", "count"]))
-
-    def _silver_states_before(self, td: TableDef, run_ids: list[str], min_ts_us: int) -> Any:
-        """The silver partition snapshots before the batch within the look-back (`LastStates.fold` keeps the
-        newest per partition)."""
-        return arrow_to_ge_frame(self._silver_before(td, [*PARTITION_KEY, "ts", *STATE_VALUES], run_ids, min_ts_us))
-
     def _maintain(self) -> None:
         from delta.tables import DeltaTable
 
@@ -323,16 +301,6 @@ class UnionValidator:
                 table = DeltaTable.forPath(self.spark, path)
                 table.optimize().executeCompaction()
                 table.vacuum(hours)
-
-
-def _driver_read(td: TableDef, lakehouse: str, columns: list[str], where: pc.Expression) -> pa.Table:
-    """`columns` of the rows of `td` matching `where`, read on the driver by delta-rs (files skipped by their
-    statistics); an empty table when it does not exist yet."""
-    schema = pa.schema([td.arrow_schema.field(c) for c in columns])
-    table = open_table(td, lakehouse)
-    if table is None:
-        return schema.empty_table()
-    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where).cast(schema)
 
 
 def _ms_since(began: float) -> int:
@@ -359,6 +327,8 @@ class RunningValidation:
                   file=sys.stderr)
         if self.validator.ge_process is not None:
             self.validator.ge_process.close()
+        if self.validator.alerts is not None:
+            self.validator.alerts.stage.stop()
 
 
 def start_validation(spark: SparkSession, settings: PipelineSettings,
@@ -383,6 +353,9 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                                                    [td.name for td in tables], log)
     validator = UnionValidator(spark, settings, tables, log=log, on_steps=on_steps)
     validator.behind = DqBehind(Spool(f"{checkpoint}/dq_pending"), validator.check_and_commit)
+    stage = silver_stage(settings, log)
+    if stage is not None:
+        validator.alerts = SilverAlerts(spark, settings.lakehouse, stage)
     validator.ge_behind = v.ge_behind and v.trigger == "live"
     writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
               .foreachBatch(validator).option("checkpointLocation", checkpoint))
@@ -390,6 +363,8 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
               else writer.trigger(processingTime=v.trigger_interval))
     query = writer.start()
     validator.query_id = str(query.id)
+    if validator.alerts is not None:  # its own app id: validate's batch ids, the alert tables' transactions
+        validator.alerts.stage.bind(f"isrwatch-validate-alerts/{query.id}")
     # Before the first batch (which waits for `started`): a previous run's batches left waiting for GE.
     try:
         validator.behind.start(BRONZE_BY_NAME)
@@ -423,7 +398,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     driver_signals.install()
     try:
         running = start_validation(spark, settings)
-    except (SchemaDriftError, FileNotFoundError) as e:
+    except (SchemaDriftError, FileNotFoundError, AlertConfigError) as e:
         print(f"validate: {e}", file=sys.stderr)
         return 2
     v = settings.validate_

@@ -23,6 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --ge-engine auto: most rows of a micro-batch checked on the driver")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
+    p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml): validate "
+                                                 "evaluates those on silver tables (alerts.silver_rules_in)")
+    p.add_argument("--no-webhooks", action="store_true", help="evaluate and record alerts, deliver nothing")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="Spark setting for a session this job builds (repeatable)")
     p.add_argument("--verbose", action="store_true",
@@ -39,6 +42,7 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
         "validate.ge_engine": args.ge_engine, "validate.ge_pandas_max_rows": args.ge_pandas_max_rows,
         "validate.max_files_per_trigger": args.max_files_per_trigger,
         "validate.wait_for_tables_seconds": args.wait_for_tables,
+        "alerts.rules": args.rules, "alerts.webhooks": False if args.no_webhooks else None,
     })
     settings.spark.update(spark_conf)
     return settings

@@ -147,6 +147,7 @@ class RoutedOnDriver:
     ge_rows: pa.Table  # what GE's pandas engine validates: the rows with their context
     valid_meters: Callable[[], Any] | None
     valid_states: Callable[[], Any] | None
+    valid: pa.Table | None = None  # the rows written to silver, with their context (the silver alert stage's)
 
     @property
     def table(self) -> str:
@@ -214,7 +215,7 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
     if td.name in ctx.last_states:
         def states() -> Any:
             return arrow_to_ge_frame(valid.select([*PARTITION_KEY, "ts", *STATE_VALUES]))
-    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, data, meters, states)
+    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, data, meters, states, valid)
 
 
 @dataclass

@@ -204,8 +204,12 @@ class Lane(threading.Thread):
 
 class WebhookDispatcher:
     def __init__(self, config: AlertConfig, lakehouse: str, *, flush_every_s: float = 0.5,
-                 rng: random.Random | None = None, log: Callable[[str], None] = lambda _: None) -> None:
+                 rng: random.Random | None = None, log: Callable[[str], None] = lambda _: None,
+                 owns: Callable[[str], bool] = lambda _event_id: True) -> None:
         self.config, self.lakehouse, self.flush_every_s = config, lakehouse, flush_every_s
+        # Which gold.alert_events rows are this dispatcher's to recover (validate's and the alerts job's engines
+        # each have one: jobs/alert_stage.py).
+        self.owns = owns
         self.rng = rng or random.Random()
         self.log = log
         self.silences = SilenceStore(lakehouse)
@@ -254,8 +258,9 @@ class WebhookDispatcher:
     def recover(self) -> int:
         """End every intent left without an outcome (`unknown`), then queue every routed transition that
         has no final outcome yet, in alert_events order, at its next attempt number."""
-        done = read_rows(DELIVERIES, self.lakehouse, ["delivery_id", "event_id", "receiver", "rule", "fingerprint",
-                                                      "alert_status", "attempt", "outcome"]).to_pylist()
+        done = [d for d in read_rows(DELIVERIES, self.lakehouse,
+                                     ["delivery_id", "event_id", "receiver", "rule", "fingerprint", "alert_status",
+                                      "attempt", "outcome"]).to_pylist() if self.owns(d["event_id"])]
         ended = {(d["delivery_id"], d["attempt"]) for d in done if d["outcome"] != INTENT}
         unresolved = {(d["delivery_id"], d["attempt"]): d for d in done
                       if d["outcome"] == INTENT and (d["delivery_id"], d["attempt"]) not in ended}
@@ -274,7 +279,8 @@ class WebhookDispatcher:
         for d in done:   # intents count: an attempt that may have been sent is never numbered again
             key = (d["event_id"], d["receiver"])
             attempts[key] = max(attempts.get(key, 0), d["attempt"])
-        rows = sorted(events.to_pylist(), key=lambda e: (e["eval_batch_id"], e["seq"]))
+        rows = sorted((e for e in events.to_pylist() if self.owns(e["event_id"])),
+                      key=lambda e: (e["eval_batch_id"], e["seq"]))
         queued = 0
         for lane in self.lanes.values():
             for e in rows:

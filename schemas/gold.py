@@ -63,7 +63,8 @@ _schema, _docs = columns(
     ("kind", pa.string(), False, "alert, last_seen (a broker's last metrics) or window (a rule's trailing samples)"),
     ("key", pa.string(), False, "rule/fingerprint or cluster/broker_id"),
     ("state", pa.string(), False, "JSON"),
-    ("batch_id", pa.int64(), False, "the alerts micro-batch this state is the result of"),
+    ("batch_id", pa.int64(), False, "the micro-batch (of its engine's job) this state is the result of"),
+    ("engine", pa.string(), True, "silver (validate evaluates the rules on silver tables) or gold (the alerts job)"),
 )
 ALERTS_STATE = TableDef(
     "gold", "alerts_engine_state", _schema, ("kind", "key"),

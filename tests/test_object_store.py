@@ -204,7 +204,8 @@ def _tasks_per_executor(event_logs: Path) -> dict[str, dict[str, int]]:
 
 CLUSTER_DOC = (ROOT / "docs" / "cluster.md").read_text()
 C1 = "-XX:TieredStopAtLevel=1"
-JOB_OPTIONS = {"validate": ["--wait-for-tables", "0"], "posture": [], "slo": [], "alerts": ["--no-webhooks"]}
+JOB_OPTIONS = {"validate": ["--wait-for-tables", "0", "--no-webhooks"], "posture": [], "slo": [],
+               "alerts": ["--no-webhooks"]}
 
 
 def _submit_options(job: str, master: str, lake: str, *spark_options: str,
@@ -288,7 +289,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
     shutil.copytree(local_lake, local)
     said: list[str] = []
     validate(spark, local, tuple(td.name for td in BRONZE_TABLES), log=said.append,
-             **{"validate.ge_pandas_max_rows": 11})
+             **{"validate.ge_pandas_max_rows": 11, "alerts.silver_rules_in": "validate", "alerts.webhooks": False})
     settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
         f"{job}.{key}": value for job in ("posture", "slo", "alerts")
         for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
@@ -328,7 +329,7 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     # The executor route says where its batch's time went, per step of every table it routed in Spark.
     steps = parse_steps("\n".join(said))
     in_spark = [t for t, engine in engines if engine == "spark"]
-    assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs on the driver",
+    assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs on the driver", "alerts",
                           "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
     assert all(seconds >= 0 for seconds in steps.values()) and steps[SOURCE_STEP] > 0
     compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), POSTURE, POSTURE_HISTORY, SLO_TIMESLICES,

@@ -51,7 +51,7 @@ def copy_lake(src: str, dst: Path) -> str:
 def run_in_process(spark: Any, lake: str, rules: str, **overrides: Any) -> Any:
     settings = load_settings(overrides={"lakehouse": lake, "alerts.trigger": "available-now", "alerts.rules": rules,
                                         "alerts.max_files_per_trigger": 1, "alerts.wait_for_tables_seconds": 0,
-                                        **overrides})
+                                        "alerts.silver_rules_in": "alerts", **overrides})
     running = start_alerts(spark, settings, load_alert_config(rules), log=lambda _: None)
     running.query.awaitTermination()
     assert running.query.exception() is None, running.query.exception()

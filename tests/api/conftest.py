@@ -23,7 +23,8 @@ TOKEN = "test-token-0123456789"
 def api_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any, silver_lake: str) -> str:
     lake = str(shutil.copytree(silver_lake, tmp_path_factory.mktemp("api") / "lakehouse"))
     settings = load_settings(overrides={"lakehouse": lake, "alerts.trigger": "available-now",
-                                        "alerts.webhooks": False, "alerts.wait_for_tables_seconds": 0})
+                                        "alerts.webhooks": False, "alerts.wait_for_tables_seconds": 0,
+                                        "alerts.silver_rules_in": "alerts"})
     running = start_alerts(spark, settings, log=lambda _: None)
     running.query.awaitTermination()
     assert running.query.exception() is None, running.query.exception()

@@ -64,7 +64,8 @@ C1 = "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1"
 def _validate_cmd(lake: Path, *extra: str) -> list[str]:
     return [sys.executable, str(JOB), "--lakehouse", str(lake), "--tables", "broker_metrics",
             "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
-            "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0", *extra]
+            "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0", "--no-webhooks",
+            *extra]
 
 
 # What Spark and the JVM print at start-up and during a run that needs nobody's action: the log lines of
@@ -204,7 +205,7 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
     cmd = [str(isrwatch), "submit", "validate", "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
            "--conf", C1,
            "--", "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "live",
-           "--max-files-per-trigger", "1", "--wait-for-tables", "0"]
+           "--max-files-per-trigger", "1", "--wait-for-tables", "0", "--no-webhooks"]
     env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     log = tmp_path / "submit.log"
     with log.open("w") as out:
@@ -236,7 +237,7 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
            "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
            "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
            str(JOB), "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "available-now",
-           "--wait-for-tables", "0"]
+           "--wait-for-tables", "0", "--no-webhooks"]
     done = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rest = len(rows(BROKER_METRICS, str(lake))) - before

@@ -30,9 +30,12 @@ TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_
 
 def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES, log: Callable[[str], None] = lambda _: None,
              **overrides: Any) -> None:
+    # The rules on silver tables stay the alerts job's here (alerts.silver_rules_in: alerts), so the lakes this builds
+    # serve the alerts job's tests; validate's own evaluation of them is tested with `**{"alerts.silver_rules_in":
+    # "validate"}` (tests/alerts/test_one_hop.py, tests/test_object_store.py, tests/test_pipeline_cli.py).
     settings = load_settings(overrides={"lakehouse": lakehouse, "validate.tables": list(tables),
                                         "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0,
-                                        **overrides})
+                                        "alerts.silver_rules_in": "alerts", **overrides})
     running = start_validation(spark, settings, log=log)
     for q in running.queries.values():
         q.awaitTermination()

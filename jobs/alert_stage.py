@@ -1,0 +1,290 @@
+"""One placement of the alert rule engine in a streaming job: evaluate a micro-batch, deliver, then record.
+
+The rules on silver tables are evaluated by validate, on the rows it has just checked (the `silver` stage); the
+rules on gold tables (posture, slo_status) by the alerts job (the `gold` stage). With `alerts.silver_rules_in:
+alerts` the alerts job holds every rule in one `gold` stage, reading silver as before. Both stages run the same
+engine (pipelines/alert_engine.py) and share the gold tables:
+- gold.alert_events: appended by both. The silver stage's event ids start with `s` (`s<batch>-<seq>`, its batch
+  being validate's), the gold stage's do not (`<batch>-<seq>`), so ids never collide and each stage's dispatcher
+  recovers only its own events (`owns`).
+- gold.alerts: each stage overwrites only the rows of its rules (a predicate on `rule`); the silver stage's
+  predicate is "not a gold rule", so the rows of a rule removed from the file go with it.
+- gold.alerts_engine_state: each stage overwrites only its rows (`engine`). Rows written before the column
+  existed are given their stage once, by whichever stage starts first (`claim_state`).
+
+Exactly once, as before: the three writes carry the app transaction (`app_id`, batch id), the state is written
+last, and a batch whose state is already committed is skipped (`applied`). Transitions go to the dispatcher
+before the writes: a crash in between replays the batch, which recomputes the same transitions with the same
+ids from the same committed state, so receivers get them again with the same delivery ids (at least once, as
+after any crash of the dispatcher).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+from deltalake.exceptions import CommitFailedError
+from pyspark.sql import DataFrame
+
+from foundation.delta_checksum import write_with_checksum
+from foundation.delta_io import AppVersions, ensure_table, open_table
+from jobs.per_cluster import route, step_per_cluster
+from jobs.streaming import die_here_if_asked
+from pipelines.alert_engine import AlertEngine
+from pipelines.alert_per_cluster import evaluate_cluster, gather, state_bytes
+from pipelines.alert_rules import AlertConfig
+from pipelines.alert_signals import SOURCES, shape_union
+from pipelines.alert_state import EngineState, Transition
+from pipelines.webhook_delivery import WebhookDispatcher
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
+from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
+from schemas.silver import SILVER_TABLES
+from schemas.table import TableDef
+
+# Silver columns each source needs (the union of all of them is what a stage's input carries).
+SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
+    "partition_state": ("topic", "partition", "leader", "leader_epoch", "partition_epoch", "configured_min_isr",
+                        "effective_min_isr", "high_watermark", "isr", "replicas", "elr", "leader_recovery_state"),
+    "broker_metrics": ("broker_id", "mbean", "name", "kind", "value", "count"),
+    "ack_ledger": ("topic", "partition", "acks", "records_sent", "records_acked", "records_failed", "records_lost"),
+    "cluster_events": ("topic", "partition", "event_type", "cause", "records"),
+    "posture_history": ("topic", *SOURCES["posture"].columns),
+    "slo_status": ("slo", *SOURCES["slo_status"].columns),
+}
+# The tables a source may read, by layer and name.
+SOURCE_TABLES: dict[tuple[str, str], TableDef] = {
+    **{("silver", t): td for t, td in SILVER_TABLES.items()},
+    ("gold", "posture_history"): POSTURE_HISTORY, ("gold", "slo_status"): SLO_STATUS,
+}
+SILVER, GOLD = "silver", "gold"
+COMMIT_ATTEMPTS = 5
+EVENT_PREFIX = {SILVER: "s", GOLD: ""}
+
+
+def used_tables(config: AlertConfig) -> list[tuple[str, str]]:
+    """(layer, table) of every table the rules read, sorted."""
+    return sorted({(SOURCES[r.source].layer, SOURCES[r.source].table) for r in config.rules})
+
+
+def _ts(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datetime,
+               prefix: str = "") -> list[dict[str, Any]]:
+    return [{
+        "event_id": f"{prefix}{batch_id}-{i}", "eval_batch_id": batch_id, "seq": i, "status": t.status,
+        "previous_status": t.previous, "ts": _ts(t.ts_ms), "rule": t.rule, "fingerprint": t.fingerprint,
+        "cluster": t.cluster, "severity": t.severity, "scope": t.scope, "labels": sorted(t.labels.items()),
+        "summary": t.annotations.get("summary", ""), "description": t.annotations.get("description", ""),
+        "runbook": t.annotations.get("runbook", ""), "value": t.value, "inhibited": t.inhibited,
+        "flapping": t.flapping, "starts_at": _ts(t.starts_ms), "ends_at": _ts(t.ends_ms),
+        "evaluated_at": evaluated_at,
+    } for i, t in enumerate(transitions)]
+
+
+def alert_rows(engine: AlertEngine, batch_id: int) -> list[dict[str, Any]]:
+    rules = {r.name: r for r in engine.config.rules}
+    rows = []
+    for a in sorted(engine.state.alerts.values(), key=lambda a: (a.cluster, a.rule, a.fingerprint)):
+        r = rules.get(a.rule)
+        if r is None:
+            continue  # a rule removed from the file: its old alert is dropped with it
+        rows.append({
+            "status": a.status, "rule": a.rule, "fingerprint": a.fingerprint, "cluster": a.cluster,
+            "severity": r.severity, "scope": r.scope, "labels": sorted(a.labels.items()),
+            "summary": a.annotations.get("summary", ""), "description": a.annotations.get("description", ""),
+            "runbook": a.annotations.get("runbook", ""), "value": a.value, "inhibited": a.inhibited,
+            "flapping": a.flapping, "active_since": _ts(a.since_ms), "fired_at": _ts(a.fired_ms),
+            "resolved_at": _ts(a.resolved_ms), "last_evaluated": _ts(a.last_ms), "updated_batch_id": batch_id,
+        })
+    return rows
+
+
+def _sql_list(names: list[str]) -> str:
+    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
+
+
+def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str]) -> None:
+    """Give each gold.alerts_engine_state row written before its `engine` column its stage, in one commit: an
+    alert's or window's by its rule's layer, the brokers' last reports and the partitions' last HWs (silver
+    signals) to the silver stage, unless no rule is on silver."""
+    table = open_table(ALERTS_STATE, lake)
+    if table is None:
+        return
+    rows = table.to_pyarrow_table()
+    if rows.num_rows == 0 or rows.column("engine").null_count == 0:
+        return
+    stray = SILVER if silver_rules or not gold_rules else GOLD
+
+    def owner(r: dict[str, Any]) -> str:
+        if r["engine"] is not None:
+            return str(r["engine"])
+        rule = r["key"].split("/", 1)[0] if r["kind"] in ("alert", "window", "window_evaluated") else None
+        return GOLD if rule in gold_rules else SILVER if rule in silver_rules else stray
+
+    claimed = [{**r, "engine": owner(r)} for r in rows.to_pylist()]
+    write_with_checksum(ALERTS_STATE.path(lake), pa.Table.from_pylist(claimed, schema=ALERTS_STATE.arrow_schema),
+                        mode="overwrite")
+
+
+def load_state(lake: str, name: str) -> EngineState:
+    table = open_table(ALERTS_STATE, lake)
+    if table is None:
+        return EngineState()
+    rows = table.to_pyarrow_table()
+    return EngineState.from_rows(rows.filter(pc.equal(rows.column("engine"), name)).to_pylist())
+
+
+@dataclass
+class AlertStats:
+    batch_id: int = -1
+    rows_in: int = 0
+    transitions: int = 0
+    firing: int = 0
+    duration_ms: int = 0
+    total_transitions: int = 0
+    batches: int = 0
+    busy_ms: int = 0            # all batches' durations
+    executor_batches: int = 0   # batches evaluated on the executors (more than alerts.driver_max_rows rows)
+
+    def describe(self) -> str:
+        return f"{self.total_transitions} transitions, {self.firing} firing"
+
+
+@dataclass
+class AlertStage:
+    """The engine, its dispatcher and its writes, for the job (`job`, naming kill points) holding `name`'s rules."""
+
+    lakehouse: str
+    name: str                   # SILVER or GOLD
+    config: AlertConfig         # this stage's rules (and every receiver)
+    others: tuple[str, ...]     # the other stage's rule names: gold.alerts rows this stage leaves alone
+    engine: AlertEngine
+    dispatcher: WebhookDispatcher | None
+    job: str
+    driver_max_rows: int = 500_000
+    maintain_every_batches: int = 600
+    versions: AppVersions = field(init=False)  # `bind` sets it: the app id needs the query's id
+    stats: AlertStats = field(default_factory=AlertStats)
+    on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None
+
+    def bind(self, app_id: str) -> None:
+        self.versions = AppVersions(app_id)
+
+    def applied(self, batch_id: int) -> bool:
+        """The batch's state is committed: the engine loaded at start includes it (a replay after a crash)."""
+        return self.versions.committed(ALERTS_STATE, self.lakehouse) >= batch_id
+
+    def step_batch(self, batch: DataFrame) -> tuple[list[Transition], int, bool]:
+        """A Spark micro-batch of the stage's union (`_source`-tagged rows): collected and stepped on the driver,
+        or, above `driver_max_rows`, stepped cluster by cluster on the executors. (transitions, rows, executors)"""
+        routed = route(batch, self.driver_max_rows, lambda rows: self.engine.step(shape_union(rows)),
+                       self._on_executors)
+        return routed.result, routed.rows, routed.on_executors
+
+    def step_rows(self, rows: pd.DataFrame) -> list[Transition]:
+        """A micro-batch already on the driver (`_source`-tagged rows, as `step_batch` collects them)."""
+        return self.engine.step(shape_union(rows))
+
+    def publish(self, batch_id: int, transitions: list[Transition], rows_in: int, began: float,
+                on_executors: bool = False) -> list[dict[str, Any]]:
+        """Hand the transitions to the webhook lanes, then write the three gold tables; the events written."""
+        lake = self.lakehouse
+        events = event_rows(transitions, batch_id, datetime.now(UTC), EVENT_PREFIX[self.name])
+        if self.dispatcher is not None:
+            self.dispatcher.submit(events)
+        if self.dispatcher is not None and _asked(self.job, batch_id, "after_delivery"):
+            self.dispatcher.wait_idle(30)  # the receivers have them: the kill falls between delivery and commit
+            die_here_if_asked(self.job, batch_id, "after_delivery")
+        self.versions.write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
+                                 batch_id)
+        die_here_if_asked(self.job, batch_id, "after_events")
+        alerts = pa.Table.from_pylist(alert_rows(self.engine, batch_id), schema=ALERTS.arrow_schema)
+        self._overwrite(ALERTS, alerts, batch_id, self._rules_predicate())
+        state = [{**r, "batch_id": batch_id, "engine": self.name} for r in self.engine.state.to_rows()]
+        self._overwrite(ALERTS_STATE, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema), batch_id,
+                        f"engine = '{self.name}'")
+        die_here_if_asked(self.job, batch_id, "after_state")
+        if self.on_batch is not None:
+            self.on_batch(batch_id, events)
+        s = self.stats
+        s.batch_id, s.rows_in, s.transitions = batch_id, rows_in, len(events)
+        s.batches += 1
+        s.executor_batches += on_executors
+        s.firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
+        s.total_transitions += len(events)
+        s.duration_ms = int((time.monotonic() - began) * 1000)
+        s.busy_ms += s.duration_ms
+        if batch_id > 0 and batch_id % self.maintain_every_batches == 0:
+            from foundation.delta_io import compact_and_checkpoint
+
+            compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))
+        return events
+
+    def _rules_predicate(self) -> str | None:
+        """The gold.alerts rows this stage owns: its rules', or (silver) every row of no gold rule."""
+        if self.name == GOLD:
+            return None if not self.others else f"rule IN ({_sql_list([r.name for r in self.config.rules])})"
+        return f"rule NOT IN ({_sql_list(list(self.others))})" if self.others else None
+
+    def _overwrite(self, td: TableDef, rows: pa.Table, batch_id: int, predicate: str | None) -> None:
+        """The other stage may commit to the same table meanwhile: Delta's conflict check can then refuse this
+        commit (its rows are in other files, but the check goes by file statistics); it is tried again on the
+        new version."""
+        for attempt in range(COMMIT_ATTEMPTS):
+            try:
+                self.versions.write_once(td, self.lakehouse, rows, batch_id, mode="overwrite", predicate=predicate)
+                return
+            except CommitFailedError:
+                if attempt == COMMIT_ATTEMPTS - 1:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _on_executors(self, batch: DataFrame) -> list[Transition]:
+        """A batch too large to collect: grouped by cluster on the executors, each group evaluated with its
+        cluster's state by the same engine (pipelines/alert_per_cluster.py). Only transitions and the evaluated
+        clusters' state come back to the driver."""
+        parts = self.engine.state.by_cluster()
+        step = functools.partial(evaluate_cluster, replace(self.config, receivers=()))  # no secrets shipped
+        states = {c: state_bytes(p) for c, p in parts.items()}
+        transitions, stepped, late = gather(step_per_cluster(batch, states, step))
+        self.engine.state = EngineState.joined({**parts, **stepped}.values())  # clusters not in the batch kept
+        self.engine.late += late
+        return transitions
+
+    def stop(self) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.wait_idle(30)
+            self.dispatcher.stop()
+
+
+def _asked(job: str, batch_id: int, point: str) -> bool:
+    return os.environ.get("ISRWATCH_KILL_AT") == f"{job}:{batch_id}:{point}"
+
+
+def build_stage(lake: str, name: str, config: AlertConfig, others: tuple[str, ...], job: str, *,
+                webhooks: bool, driver_max_rows: int, maintain_every_batches: int,
+                log: Callable[[str], None]) -> AlertStage:
+    """Its tables made, the state claimed and loaded, its dispatcher started (recovering its own events)."""
+    for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
+        ensure_table(td, lake)
+    mine = {r.name for r in config.rules}
+    claim_state(lake, mine if name == SILVER else set(others), mine if name == GOLD else set(others))
+    engine = AlertEngine(config, load_state(lake, name))
+    dispatcher = None
+    if webhooks and config.receivers:
+        prefix = EVENT_PREFIX[SILVER]
+        owns = ((lambda event_id: event_id.startswith(prefix)) if name == SILVER
+                else (lambda event_id: not event_id.startswith(prefix)))
+        dispatcher = WebhookDispatcher(config, lake, log=log, owns=owns).start()
+    return AlertStage(lake, name, config, others, engine, dispatcher, job, driver_max_rows, maintain_every_batches)

@@ -1,0 +1,84 @@
+"""The rules on silver tables, evaluated by validate on the rows it has just checked.
+
+So a bronze commit crosses one streaming query on its way to a webhook: validate routes a micro-batch, writes
+silver and quarantine, and hands the same valid rows to the `silver` alert stage (jobs/alert_stage.py), which
+evaluates, delivers and records before Great Expectations' report (jobs/dq_behind.py). A live batch's rows are
+already on the driver; a catch-up batch routed by Spark is read back from silver by its `ingested_at` (every row
+of a micro-batch has the batch's) and evaluated as the alerts job evaluates a large batch, cluster by cluster on
+the executors. With `alerts.silver_rules_in: alerts` validate evaluates nothing and the alerts job reads silver.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from foundation.settings import PipelineSettings
+from jobs.alert_stage import SILVER, SOURCE_COLUMNS, AlertStage, build_stage, used_tables
+from jobs.delta_tables import is_delta_table
+from jobs.validate_routes import RoutedOnDriver
+from pipelines.alert_config import load_alert_config, split_by_layer
+from schemas.silver import SILVER_TABLES
+
+JOB = "validate_alerts"  # in kill points: ISRWATCH_KILL_AT=validate_alerts:<batch>:after_delivery
+
+
+def silver_stage(settings: PipelineSettings, log: Callable[[str], None]) -> AlertStage | None:
+    """The stage of the rules on silver tables, or None when the alerts job holds them or there are none."""
+    a = settings.alerts
+    if a.silver_rules_in != "validate":
+        return None
+    silver, gold = split_by_layer(load_alert_config(a.rules), a.rules or "conf/alerts.yaml")
+    if not silver.rules:
+        return None
+    return build_stage(settings.lakehouse, SILVER, silver, tuple(r.name for r in gold.rules), JOB,
+                       webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
+                       maintain_every_batches=a.maintain_every_batches, log=log)
+
+
+@dataclass
+class SilverAlerts:
+    spark: SparkSession
+    lakehouse: str
+    stage: AlertStage
+
+    def __post_init__(self) -> None:
+        self.tables = [t for layer, t in used_tables(self.stage.config) if layer == "silver"]
+
+    def on_driver(self, batch_id: int, routed: list[RoutedOnDriver]) -> None:
+        """A batch routed on the driver: its valid rows of the rules' tables, as the alerts job would read them."""
+        if self.stage.applied(batch_id):
+            return  # a replay after a crash: the state loaded at start includes it
+        began = time.monotonic()
+        frames = [r.valid.select(["run_id", "ts", *SOURCE_COLUMNS[r.table]]).to_pandas().assign(_source=r.table)
+                  for r in routed if r.table in self.tables and r.valid is not None and r.valid.num_rows]
+        if not frames:
+            return
+        rows = pd.concat(frames, ignore_index=True)
+        self.stage.publish(batch_id, self.stage.step_rows(rows), len(rows), began)
+
+    def in_silver(self, batch_id: int, at_us: int) -> None:
+        """A batch routed by Spark: its rows read back from silver (on the driver or the executors by size)."""
+        if self.stage.applied(batch_id):
+            return
+        began = time.monotonic()
+        frames = []
+        for t in self.tables:
+            path = SILVER_TABLES[t].path(self.lakehouse)
+            if is_delta_table(path):
+                frames.append(self.spark.read.format("delta").load(path)
+                              .where(F.col("ingested_at") == F.timestamp_micros(F.lit(at_us)))
+                              .select("run_id", "ts", *SOURCE_COLUMNS[t]).withColumn("_source", F.lit(t)))
+        if not frames:
+            return
+        union: DataFrame = frames[0]
+        for f in frames[1:]:
+            union = union.unionByName(f, allowMissingColumns=True)
+        transitions, rows, on_executors = self.stage.step_batch(union)
+        if rows:
+            self.stage.publish(batch_id, transitions, rows, began, on_executors)

@@ -1,0 +1,163 @@
+"""The rules on silver tables evaluated by validate (alerts.silver_rules_in: validate, the default): one streaming
+query from a bronze commit to a webhook (jobs/alert_stage.py, jobs/validate_alerts.py).
+
+On the same bronze (a cluster losing two of its three brokers), validate's evaluation gives the transitions the
+alerts job gives reading silver; killed between delivering a batch's transitions and committing them, then
+restarted, validate loses none and sends the killed batch's again under the same ids.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from broker_emulator.scenario import parse_scenario
+from broker_emulator.simulation import Simulation
+from foundation.bronze_sink import DeltaSink
+from foundation.delta_io import read_rows
+from foundation.settings import load_settings
+from jobs.validate import start_validation
+from pipelines.alert_config import load_alert_config, split_by_layer
+from pipelines.alert_rules import AlertConfigError, parse_alert_config
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
+from tests.alerts.receiver import Receiver
+from tests.alerts.test_alerts_job import run_in_process
+from tests.lakes import LOSE_TWO, TABLES
+from tests.pipeline.test_validate import validate
+
+ROOT = Path(__file__).resolve().parents[2]
+SILVER_RULES = {r.name for r in split_by_layer(load_alert_config())[0].rules}
+FILES_PER_BATCH = 4   # bronze commits per table and micro-batch: a few batches, the first ones firing
+
+
+def test_the_shipped_rules_split_by_the_layer_they_read() -> None:
+    config = load_alert_config()
+    silver, gold = split_by_layer(config)
+    assert {r.source for r in silver.rules} == {"partition_state", "broker_metrics", "cluster_events", "ack_ledger",
+                                               "broker_reports"}
+    assert {r.source for r in gold.rules} == {"posture", "slo_status"}
+    assert len(silver.rules) + len(gold.rules) == len(config.rules)
+    assert silver.receivers == gold.receivers == config.receivers
+
+
+def test_an_inhibition_across_the_two_layers_is_refused() -> None:
+    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    gold = next(r["name"] for r in raw["rules"] if r["source"] == "posture")
+    silver = next(r for r in raw["rules"] if r["source"] == "partition_state" and r["scope"] == "partition")
+    silver["inhibited_by"] = [{"rule": gold, "equal": ["cluster", "topic"]}]
+    config = parse_alert_config(raw, "mine.yaml", {})
+    with pytest.raises(AlertConfigError, match=f"mine.yaml: rule '{silver['name']}' \\(on a silver table\\) is "
+                                               f"inhibited_by '{gold}' \\(on a gold table\\)"):
+        split_by_layer(config, "mine.yaml")
+
+
+@pytest.fixture(scope="module")
+def bronze(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    lake = tmp_path_factory.mktemp("one-hop") / "lakehouse"
+    Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(str(lake), "lose-two-s3")).run()
+    return lake
+
+
+def _copy(bronze: Path, dst: Path) -> str:
+    shutil.copytree(bronze, dst)
+    return str(dst)
+
+
+def _transitions(lake: str) -> list[tuple[Any, ...]]:
+    return sorted((e["rule"], e["fingerprint"], e["status"], e["ts"], e["value"])
+                  for e in read_rows(ALERT_EVENTS, lake).to_pylist())
+
+
+def _rules_file(tmp: Path, url: str) -> str:
+    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    raw["receivers"] = [{"name": "test", "url": url, "backoff_initial": "50ms", "severities": ["critical", "warning"]}]
+    path = tmp / "alerts.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def one_hop(bronze: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """validate alone, evaluating the rules on silver tables, a few micro-batches."""
+    lake = _copy(bronze, tmp_path_factory.mktemp("validate-evaluates") / "lakehouse")
+    validate(spark, lake, TABLES, **{"validate.max_files_per_trigger": FILES_PER_BATCH,
+                                     "alerts.silver_rules_in": "validate", "alerts.webhooks": False})
+    return lake
+
+
+def test_validate_evaluates_what_the_alerts_job_would_from_silver(one_hop: str, bronze: Path, spark: Any,
+                                                                   tmp_path: Path) -> None:
+    two_hops = _copy(bronze, tmp_path / "two-hops")
+    # The rules stay the alerts job's: validate writes silver, the alerts job reads it.
+    validate(spark, two_hops, TABLES, **{"validate.max_files_per_trigger": FILES_PER_BATCH})
+    rules = _rules_file(tmp_path, "http://127.0.0.1:9/unused")
+    run_in_process(spark, two_hops, rules, **{"alerts.webhooks": False,
+                                              "alerts.max_files_per_trigger": FILES_PER_BATCH})
+    expected = [t for t in _transitions(two_hops) if t[0] in SILVER_RULES]
+    fired = {t[0] for t in expected if t[2] == "firing"}
+    assert {"AtMinIsr", "UnderMinIsr", "UnderReplicated"} <= fired, fired
+    assert _transitions(one_hop) == expected
+    events = read_rows(ALERT_EVENTS, one_hop).to_pylist()
+    assert all(e["event_id"] == f"s{e['eval_batch_id']}-{e['seq']}" for e in events)
+    assert {r["engine"] for r in read_rows(ALERTS_STATE, one_hop).to_pylist()} == {"silver"}
+
+    def current(lake: str) -> list[tuple[Any, ...]]:
+        return sorted((a["rule"], a["fingerprint"], a["status"], a["fired_at"], a["resolved_at"])
+                      for a in read_rows(ALERTS, lake).to_pylist() if a["rule"] in SILVER_RULES)
+
+    assert current(one_hop) == current(two_hops)
+
+
+def test_killed_between_delivery_and_commit_validate_loses_no_transition(one_hop: str, bronze: Path, spark: Any,
+                                                                         tmp_path: Path) -> None:
+    """Killed once a batch's transitions reached the receiver and before gold.alert_events holds them: the restart
+    replays the batch, commits the same transitions under the same ids, and sends them again under the same
+    delivery ids; every routed transition of the uninterrupted run reached the receiver."""
+    reference = read_rows(ALERT_EVENTS, one_hop).to_pylist()
+    routed = [e for e in reference if e["status"] in ("firing", "resolved") and e["severity"] in ("critical",
+                                                                                                   "warning")]
+    killed_batch = min(e["eval_batch_id"] for e in routed)
+    receiver = Receiver().start()
+    try:
+        lake = _copy(bronze, tmp_path / "killed")
+        rules = _rules_file(tmp_path, receiver.url)
+        cmd = [sys.executable, str(ROOT / "jobs/validate.py"), "--lakehouse", lake, "--rules", rules,
+               "--trigger", "available-now", "--max-files-per-trigger", str(FILES_PER_BATCH), "--wait-for-tables", "0",
+               "--tables", ",".join(TABLES), "--conf", "spark.sql.shuffle.partitions=2"]
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+               "ISRWATCH_KILL_AT": f"validate_alerts:{killed_batch}:after_delivery"}
+        killed = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        first = {r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()}
+        in_batch = {f"{e['event_id']}@test" for e in routed if e["eval_batch_id"] == killed_batch}
+        assert in_batch <= first   # delivered ...
+        assert not {e["event_id"] for e in read_rows(ALERT_EVENTS, lake).to_pylist()
+                    if e["eval_batch_id"] == killed_batch}   # ... not committed
+        settings = load_settings(overrides={
+            "lakehouse": lake, "validate.tables": list(TABLES), "validate.trigger": "available-now",
+            "validate.max_files_per_trigger": FILES_PER_BATCH, "validate.wait_for_tables_seconds": 0,
+            "alerts.rules": rules})
+        running = start_validation(spark, settings, log=lambda _: None)
+        running.query.awaitTermination()
+        assert running.query.exception() is None, running.query.exception()
+        running.finish()
+    finally:
+        receiver.stop()
+    got = read_rows(ALERT_EVENTS, lake).to_pylist()
+
+    def key(e: dict[str, Any]) -> tuple[Any, ...]:
+        return (e["event_id"], e["rule"], e["fingerprint"], e["status"], e["ts"])
+
+    assert sorted(map(key, got)) == sorted(map(key, reference))   # each transition once, under the same id
+    ids = [r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()]
+    assert set(ids) == {f"{e['event_id']}@test" for e in routed}   # none lost
+    twice = {i for i in ids if ids.count(i) > 1}
+    assert twice and twice <= in_batch   # the killed batch's, sent again under the same ids
