@@ -6,7 +6,9 @@
 ONE live run. The emulator writes `--runs` runs of the default scenario at live pace into one lakehouse, one
 after the other (a new cluster each, seeds 1, 2, …). Two systems watch the same bronze tables:
 - isrwatch: `isrwatch pipeline run --jobs validate,alerts` with the shipped settings and rules (UnderReplicated
-  without its `for`), delivering to a webhook receiver in this process;
+  without its `for`), delivering to a webhook receiver in this process. With the shipped
+  `alerts.silver_rules_in: validate` the four rules here are validate's: one streaming query from the bronze
+  commit to the POST;
 - the peer: an exporter in this process tails the bronze Delta logs every 50 ms (each new commit's files read
   with pyarrow) and serves the newest partition states and broker gauges; Prometheus 2.42 scrapes it and
   evaluates equivalent rules every second (no `for`), Alertmanager 0.25 (`group_wait: 0s`, one group per alert)
@@ -15,7 +17,8 @@ The incidents come from bronze, not from either system: the same tail evaluates 
 new commit, and an incident of a rule and entity begins at the commit that makes the condition true after it
 was false, at the moment that commit became visible to the tail. For each rule class the bench prints the
 incidents, each system's caught and missed, p50/p95/max from that commit to the system's webhook POST, the
-notifications that matched no incident, and the isrwatch/peer ratios. Figures are printed, never asserted.
+notifications that matched no incident, and the isrwatch/peer ratios; then Spark's phases of isrwatch's
+micro-batches and validate's own steps inside them (the progress log). Figures are printed, never asserted.
 """
 
 from __future__ import annotations
@@ -266,8 +269,8 @@ PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", 
 
 def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
     """Spark's phases of the measured micro-batches that read rows, per query (jobs/progress_log.py):
-    addBatch is the foreachBatch body (validate: collect, checks, routing, commits; alerts: collect, rules,
-    gold commits, hand-over to the webhook lanes)."""
+    addBatch is the foreachBatch body (validate: its steps below; alerts: collect, the rules on gold tables,
+    hand-over to the webhook lanes, gold commits)."""
     print("\n  isrwatch's micro-batches that read rows, Spark's phases in ms (p50 / p95):")
     for name in ("validate", "alerts"):
         batches = [p for p in progress if p["name"] == name and p.get("numInputRows", 0) > 0

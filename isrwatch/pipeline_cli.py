@@ -195,6 +195,9 @@ def main_pipeline(args: argparse.Namespace) -> int:
         return _run(spark, settings, jobs, args, listener)
     finally:
         if listener is not None:   # the session may outlive this call (tests share one)
+            # Progress events reach listeners from Spark's listener bus, behind the queries: the last batches'
+            # are still queued when the queries have stopped. Wait for them, so the log is whole.
+            spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(10_000)
             spark.streams.removeListener(listener)
 
 

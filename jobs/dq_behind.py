@@ -106,9 +106,9 @@ class DqBehind:
             group = [n for n in taken if n is not None]
             stop = taken[-1] is None
             if group and self._failure is None:  # after a failure, batches stay spooled for the next start
-                for number in group:
-                    die_here_if_asked("dq_behind", number, "before_check")
                 try:
+                    for number in group:
+                        die_here_if_asked("dq_behind", number, "before_check")
                     self._check(group, self.tables)
                 except BaseException as e:  # reported by the next batch: the query fails there
                     self._failure = e

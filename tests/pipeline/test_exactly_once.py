@@ -19,7 +19,9 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from foundation.settings import load_settings
 from foundation.spark import LOG4J2_CONFIG, delta_jars
+from jobs.validate import start_validation
 from schemas.bronze import BROKER_METRICS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from tests.pipeline.helpers import append, emulate, key_of, rows
@@ -132,10 +134,36 @@ def _kill_at(lake: Path, kill_at: str, *extra: str) -> str:
     return killed.stderr
 
 
-def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path) -> None:
-    """Killed at three write boundaries in turn, each run restarting from the checkpoint the killed one left,
-    then run to the end (four job runs where one kill per test would take six). The boundary after the dq record
-    is the slow test below."""
+class WorkerDied(Exception):
+    pass
+
+
+def _live_run_whose_great_expectations_worker_dies_at(spark: Any, lake: Path, batch: int) -> None:
+    def die(job: str, batch_id: int, point: str) -> None:
+        if (job, batch_id, point) == ("dq_behind", batch, "before_check"):
+            raise WorkerDied(f"the worker died before checking batch {batch_id}")
+
+    settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
+                                        "validate.trigger": "live", "validate.max_files_per_trigger": 1,
+                                        "validate.wait_for_tables_seconds": 0, "alerts.webhooks": False})
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr("jobs.dq_behind.die_here_if_asked", die)
+        running = start_validation(spark, settings, log=lambda _: None)
+        try:
+            deadline = time.monotonic() + 300
+            while running.validator.stats.batch_id < batch and time.monotonic() < deadline:
+                assert running.query.exception() is None, running.query.exception()
+                time.sleep(0.1)
+            assert running.validator.behind is not None and running.validator.behind.wait_idle(120)
+        finally:
+            running.query.stop()
+            running.finish()
+
+
+def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path, spark: Any) -> None:
+    """Killed at two write boundaries in turn, and a live run's Great Expectations worker dies; each run restarting
+    from the checkpoint the one before left, then run to the end. The boundary after the dq record is the slow
+    test below."""
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_with_bad_rows, lake)
     # Batch 1's silver committed; its quarantine, dq record and Spark's commit not: the replay skips silver.
@@ -147,10 +175,11 @@ def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path,
     _kill_at(lake, "broker_metrics:3:after_quarantine")
     assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
     assert len(_table(QUARANTINE_TABLES["broker_metrics"], lake)) == 2
-    # Live: a batch hands Great Expectations and its dq record to a worker (jobs/dq_behind.py) and ends. Killed
-    # before the worker checks batch 3, which Spark may already have committed: the restart checks what that run
-    # left in the spool, so every batch still has exactly one dq record.
-    _kill_at(lake, "dq_behind:3:before_check", "--trigger", "live")
+    # Live: a batch hands Great Expectations and its dq record to a worker (jobs/dq_behind.py) and ends. The worker
+    # dies before it checks batch 3, which Spark has committed (in this process, on the session's Spark: a JVM
+    # less than a SIGKILLed run): the restart checks what that run left in the spool, so every batch still has
+    # exactly one dq record.
+    _live_run_whose_great_expectations_worker_dies_at(spark, lake, 3)
     assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
     spool = lake / "_checkpoints" / "validate" / "union" / "dq_pending"
     assert [p.name for p in spool.iterdir()] == ["000000000003"]
