@@ -162,13 +162,14 @@ def isrwatch(work: Path, lake: str, receiver: str) -> Iterator[subprocess.Popen[
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                             env={**os.environ, "PYSPARK_PYTHON": sys.executable})
     try:
-        # Warm: both queries have caught up with the warm-up cluster (plans compiled, every table's suite built):
-        # each has run a micro-batch with rows, and neither has read a row for 5 s. (Spark reports a micro-batch
-        # without rows only now and then, so their absence is the sign.)
+        # Warm: validate has caught up with the warm-up cluster (plans compiled, every table's suite built): it has
+        # run a micro-batch with rows, and no query has read a row for 5 s. (Spark reports a micro-batch without rows
+        # only now and then, so their absence is the sign.) The alerts job holds the rules on gold tables, which no
+        # job writes here: it reads nothing.
         def caught_up() -> bool:
             progress = read_progress(work / "progress.jsonl") if (work / "progress.jsonl").exists() else []
             with_rows = [p for p in progress if p.get("numInputRows", 0) > 0]
-            if {p["name"] for p in with_rows} < {"validate", "alerts"}:
+            if "validate" not in {p["name"] for p in with_rows}:
                 return False
             ended = max(datetime.fromisoformat(p["timestamp"]).timestamp() + p["durationMs"]["triggerExecution"] / 1000
                         for p in with_rows)
