@@ -22,7 +22,6 @@ after any crash of the dispatcher).
 from __future__ import annotations
 
 import functools
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,7 @@ from pyspark.sql import DataFrame
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import AppVersions, ensure_table, open_table
 from jobs.per_cluster import route, step_per_cluster
-from jobs.streaming import die_here_if_asked
+from jobs.streaming import asked_to_die, die_here_if_asked
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_per_cluster import evaluate_cluster, gather, state_bytes
 from pipelines.alert_rules import AlertConfig
@@ -176,7 +175,6 @@ class AlertStage:
     maintain_every_batches: int = 600
     versions: AppVersions = field(init=False)  # `bind` sets it: the app id needs the query's id
     stats: AlertStats = field(default_factory=AlertStats)
-    on_batch: Callable[[int, list[dict[str, Any]]], None] | None = None
 
     def bind(self, app_id: str) -> None:
         self.versions = AppVersions(app_id)
@@ -203,7 +201,7 @@ class AlertStage:
         events = event_rows(transitions, batch_id, datetime.now(UTC), EVENT_PREFIX[self.name])
         if self.dispatcher is not None:
             self.dispatcher.submit(events)
-        if self.dispatcher is not None and _asked(self.job, batch_id, "after_delivery"):
+        if self.dispatcher is not None and asked_to_die(self.job, batch_id, "after_delivery"):
             self.dispatcher.wait_idle(30)  # the receivers have them: the kill falls between delivery and commit
             die_here_if_asked(self.job, batch_id, "after_delivery")
         self.versions.write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
@@ -215,8 +213,6 @@ class AlertStage:
         self._overwrite(ALERTS_STATE, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema), batch_id,
                         f"engine = '{self.name}'")
         die_here_if_asked(self.job, batch_id, "after_state")
-        if self.on_batch is not None:
-            self.on_batch(batch_id, events)
         s = self.stats
         s.batch_id, s.rows_in, s.transitions = batch_id, rows_in, len(events)
         s.batches += 1
@@ -266,10 +262,6 @@ class AlertStage:
         if self.dispatcher is not None:
             self.dispatcher.wait_idle(30)
             self.dispatcher.stop()
-
-
-def _asked(job: str, batch_id: int, point: str) -> bool:
-    return os.environ.get("ISRWATCH_KILL_AT") == f"{job}:{batch_id}:{point}"
 
 
 def build_stage(lake: str, name: str, config: AlertConfig, others: tuple[str, ...], job: str, *,

@@ -166,7 +166,12 @@ def wait_started(evaluator: Started, job: str) -> None:
         raise RuntimeError(f"{job}: query id not set")
 
 
+def asked_to_die(job: str, batch_id: int, point: str) -> bool:
+    """ISRWATCH_KILL_AT=<job>:<batch>:<point> names this point (a caller may first finish what the kill must follow)."""
+    return os.environ.get("ISRWATCH_KILL_AT") == f"{job}:{batch_id}:{point}"
+
+
 def die_here_if_asked(job: str, batch_id: int, point: str) -> None:
     """Fault injection for the restart tests: ISRWATCH_KILL_AT=<job>:<batch>:<point> SIGKILLs the process."""
-    if os.environ.get("ISRWATCH_KILL_AT") == f"{job}:{batch_id}:{point}":
+    if asked_to_die(job, batch_id, point):
         os.kill(os.getpid(), signal.SIGKILL)
