@@ -83,12 +83,22 @@ def render(template: str, values: dict[str, Any]) -> str:
     return string.Formatter().vformat(template, (), _Values({k: _display(v) for k, v in values.items()}))
 
 
+def _annotations(rule: Rule, rec: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
+    """summary, description and runbook rendered from one sample (its values shown once for the three)."""
+    shown = _Values({k: _display(v) for k, v in {**rec, **labels, "value": float(rec["_value"])}.items()})
+    formatter = string.Formatter()
+    return {name: formatter.vformat(getattr(rule, name), (), shown) for name in ("summary", "description", "runbook")}
+
+
 class AlertEngine:
     def __init__(self, config: AlertConfig, state: EngineState | None = None) -> None:
         self.config = config
         self.state = state or EngineState()
         self.rules = _inhibitors_first(config.rules)
         self.late = 0
+        self._inhibitors: dict[tuple[int, tuple[str | None, ...]], list[Alert]] = {}  # see _advance
+        self._unrendered: dict[str, tuple[Rule, dict[str, Any], dict[str, str]]] = {}  # see _apply
+        self._prepared: dict[tuple[str, str, str], pd.DataFrame] = {}  # see _prepare
 
     def step(self, frames: dict[str, pd.DataFrame]) -> list[Transition]:
         """Evaluate every rule on one batch of shaped frames; return the transitions, in event-time order."""
@@ -98,6 +108,7 @@ class AlertEngine:
         if "broker_metrics" in frames:
             frames["broker_reports"] = self._broker_reports(frames["broker_metrics"])
         clocks = _clocks(frames)
+        self._prepared = {}
         out: list[Transition] = []
         for rule in self.rules:
             frame = frames.get(rule.source)
@@ -113,14 +124,8 @@ class AlertEngine:
 
     # -- samples -------------------------------------------------------------------------------------
     def _samples(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
-        keys = ["run_id", "ts", *rule.entity_keys]
         if frame is not None and len(frame):
-            missing = [c for c in SOURCES[rule.source].columns if c not in frame.columns]
-            frame = frame.assign(ts=ms_of(frame["ts"]), **dict.fromkeys(missing, np.nan))
-            if rule.scope != SOURCES[rule.source].grain:  # a coarser scope: aggregate over its entities
-                entity = ("topic", "partition", "broker_id", "slo")
-                numeric = [c for c in frame.columns if c not in keys and c not in entity]
-                frame = frame.groupby(keys, as_index=False, sort=True)[numeric].agg(rule.aggregate)
+            frame = self._prepare(rule, frame)
         if rule.window_ms:
             frame = self._windowed(rule, frame, clocks)
         if frame is None or not len(frame):
@@ -133,6 +138,27 @@ class AlertEngine:
         frame["_value"] = (frame[_named_columns(frame, rule.value)].eval(rule.value, engine="python")
                            .astype("float64") if rule.value else frame["_cond"].astype("float64"))
         return frame
+
+    def _prepare(self, rule: Rule, frame: pd.DataFrame) -> pd.DataFrame:
+        """The rule's source frame with every column of the source (absent ones NaN), `ts` in ms, aggregated to the
+        rule's scope when coarser than the source's grain: the same for every rule of that source, scope and
+        aggregate, so made once per step (shared read-only: each rule's samples are a copy)."""
+        coarser = rule.scope != SOURCES[rule.source].grain
+        cache_key = (rule.source, rule.scope if coarser else "", rule.aggregate if coarser else "")
+        if cache_key in self._prepared:
+            return self._prepared[cache_key]
+        base = self._prepared.get((rule.source, "", ""))
+        if base is None:
+            missing = [c for c in SOURCES[rule.source].columns if c not in frame.columns]
+            base = frame.reindex(columns=[*frame.columns, *missing]).assign(ts=ms_of(frame["ts"]))
+            self._prepared[(rule.source, "", "")] = base
+        if coarser:  # aggregated over the scope's entities
+            keys = ["run_id", "ts", *rule.entity_keys]
+            entity = ("topic", "partition", "broker_id", "slo")
+            numeric = [c for c in base.columns if c not in keys and c not in entity]
+            base = base.groupby(keys, as_index=False, sort=True)[numeric].agg(rule.aggregate)
+            self._prepared[cache_key] = base
+        return base
 
     def _windowed(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
         """Sum each column over the trailing window, per entity, at every point after the entity's last evaluated
@@ -195,7 +221,7 @@ class AlertEngine:
             return None
         out = pd.concat(rows, ignore_index=True)
         missing = [c for c in SOURCES[rule.source].columns if c not in out.columns]
-        return out.assign(**dict.fromkeys(missing, 0.0)).fillna(0.0)
+        return out.reindex(columns=[*out.columns, *missing], fill_value=0.0).fillna(0.0)
 
     def _has_windows(self, rule: Rule) -> bool:
         prefix = f"{rule.name}/"
@@ -247,6 +273,12 @@ class AlertEngine:
 
     def _advance(self, rule: Rule, samples: pd.DataFrame) -> list[Transition]:
         alerts = self.state.alerts
+        # Inhibitors are evaluated before this rule: their alerts are final for the step, so index them once.
+        self._inhibitors = {}
+        for i, inh in enumerate(rule.inhibited_by):
+            for a in alerts.values():
+                if a.rule == inh.rule and a.fired_ms is not None:
+                    self._inhibitors.setdefault((i, tuple(a.labels.get(k) for k in inh.equal)), []).append(a)
         open_keys = {k: a for k, a in alerts.items() if a.rule == rule.name and a.status in OPEN}
         # Only entities whose condition held somewhere in the batch, or that have an open alert, can change:
         # select their rows with a vectorised key before touching rows one by one.
@@ -279,6 +311,7 @@ class AlertEngine:
                 alert, transition = self._apply(rule, key, fp, labels_of.get(fp), alert, ts, cond, rec)
                 if transition is not None:
                     out.append(transition)
+            self._render(key, alert)
         return out
 
     def _apply(self, rule: Rule, key: str, fp: str, labels: dict[str, str] | None, alert: Alert | None, ts: int,
@@ -292,7 +325,7 @@ class AlertEngine:
             if alert is None or status not in OPEN:
                 return alert, None
             if status == "firing" and self._held(rule, alert, ts):
-                return alert, None
+                return alert, self._lifted(rule, alert, ts)
             new = "resolved" if status == "firing" else "inactive"
             alert.status, alert.resolved_ms = new, ts if new == "resolved" else None
             if new == "inactive":
@@ -300,20 +333,20 @@ class AlertEngine:
             return alert, self._transition(rule, alert, new, status, ts)
         assert rec is not None and labels is not None
         value = float(rec["_value"])
-        annotations = {name: render(getattr(rule, name), {**rec, **labels, "value": value})
-                       for name in ("summary", "description", "runbook")}
         if status in OPEN:
             assert alert is not None
-            alert.value, alert.annotations, alert.cleared_ms = value, annotations, None
+            alert.value, alert.cleared_ms = value, None
+            # Rendered once, from the step's last such sample, or before a transition shows them.
+            self._unrendered[key] = (rule, rec, labels)
             if status == "pending" and ts - alert.since_ms >= rule.for_ms:
                 alert.status, alert.fired_ms = "firing", ts
                 alert.inhibited = self._inhibited(rule, labels, ts)
                 return alert, self._transition(rule, alert, "firing", "pending", ts)
-            return alert, None
+            return alert, self._lifted(rule, alert, ts) if status == "firing" else None
         # A resolved alert firing again keeps its recent changes: that is how flapping is seen.
         changes = alert.changes if alert is not None and status == "resolved" else []
-        alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value, annotations,
-                      changes=changes)
+        alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value,
+                      _annotations(rule, rec, labels), changes=changes)
         alert.flapping = self.config.flap_detection.flapping(len(changes))
         self.state.alerts[key] = alert
         if rule.for_ms == 0:
@@ -339,18 +372,34 @@ class AlertEngine:
             alert.cleared_ms = ts
         return alert.flapping or ts - alert.cleared_ms < rule.keep_firing_for_ms
 
+    def _lifted(self, rule: Rule, alert: Alert, ts: int) -> Transition | None:
+        """A firing alert that fired inhibited is delivered once no inhibitor fires any more at `ts` (as Alertmanager
+        notifies a muted alert when its inhibitor resolves): a firing -> firing transition, no longer inhibited.
+        Without it a partition back from offline with its ISR under min ISR would never page: UnderMinIsr fired,
+        inhibited, while PartitionOffline fired."""
+        if not alert.inhibited or self._inhibited(rule, alert.labels, ts):
+            return None
+        alert.inhibited = False
+        return self._transition(rule, alert, "firing", "firing", ts)
+
     def _inhibited(self, rule: Rule, labels: dict[str, str], ts: int) -> bool:
         """Was an inhibiting alert firing at `ts`? Inhibitors are evaluated first over the whole batch, so
         one may have resolved after `ts` already: it still counts for what happened before."""
-        for inh in rule.inhibited_by:
-            for a in self.state.alerts.values():
-                if (a.rule == inh.rule and a.fired_ms is not None and a.fired_ms <= ts
-                        and (a.status == "firing" or (a.status == "resolved" and (a.resolved_ms or 0) > ts))
-                        and all(a.labels.get(k) == labels.get(k) for k in inh.equal)):
+        for i, inh in enumerate(rule.inhibited_by):
+            for a in self._inhibitors.get((i, tuple(labels.get(k) for k in inh.equal)), ()):
+                if (a.fired_ms is not None and a.fired_ms <= ts
+                        and (a.status == "firing" or (a.status == "resolved" and (a.resolved_ms or 0) > ts))):
                     return True
         return False
 
+    def _render(self, key: str, alert: Alert | None) -> None:
+        """An open alert's annotations, from its latest sample whose condition held."""
+        deferred = self._unrendered.pop(key, None)
+        if deferred is not None and alert is not None:
+            alert.annotations = _annotations(*deferred)
+
     def _transition(self, rule: Rule, a: Alert, status: str, previous: str, ts: int) -> Transition:
+        self._render(f"{rule.name}/{a.fingerprint}", a)
         starts = a.fired_ms if a.fired_ms is not None else a.since_ms
         return Transition(rule.name, a.fingerprint, a.cluster, status, previous, ts, rule.severity, rule.scope,
                           dict(a.labels), dict(a.annotations), a.value, starts,

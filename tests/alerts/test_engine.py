@@ -110,6 +110,34 @@ def test_one_offline_partition_on_the_controller_is_one_critical_alert() -> None
     assert sorted(t.rule for t in firing if t.inhibited) == ["PartitionOffline", "UnderMinIsr"]
 
 
+def test_an_alert_fired_inhibited_is_delivered_when_its_inhibitor_resolves() -> None:
+    """Partition 3 goes offline with one replica left in its ISR: UnderMinIsr fires, inhibited by PartitionOffline.
+    When a leader returns with the ISR still under min ISR, PartitionOffline resolves and UnderMinIsr is delivered
+    then (as Alertmanager notifies a muted alert when its inhibitor resolves); its resolution is delivered too."""
+    e = AlertEngine(CONFIG)
+    offline = run(e, {"partition_state": partitions(0, {3: 1}, leader={3: -1}, n=4)},
+                  {"partition_state": partitions(1, {3: 1}, leader={3: -1}, n=4)})
+    assert [(t.rule, t.status, t.inhibited) for t in of(offline, "UnderMinIsr")] == [("UnderMinIsr", "firing", True)]
+    back = e.step({"partition_state": partitions(2, {3: 1}, n=4)})
+    assert [(t.rule, t.status, t.previous, t.inhibited, t.ts_ms - T0.value // 10**6) for t in back
+            if t.rule in ("UnderMinIsr", "PartitionOffline")] == [
+        ("PartitionOffline", "resolved", "firing", False, 2000), ("UnderMinIsr", "firing", "firing", False, 2000)]
+    # Still firing, not inhibited: nothing more until it resolves, and the resolution is delivered.
+    assert not of(e.step({"partition_state": partitions(3, {3: 1}, n=4)}), "UnderMinIsr")
+    resolved = of(e.step({"partition_state": partitions(4, {3: 3}, n=4)}), "UnderMinIsr")
+    assert [(t.status, t.inhibited) for t in resolved] == [("resolved", False)]
+
+
+def test_an_alert_still_inhibited_or_resolved_in_the_same_batch_is_not_lifted() -> None:
+    """The inhibitor fires on: nothing is lifted. Inhibitor and alert resolve at the same sample: the alert
+    resolves inhibited (never delivered firing, so its resolution is not delivered either)."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, *({"partition_state": partitions(s, {3: 1}, leader={3: -1}, n=4)} for s in range(3)))
+    assert [(t.status, t.inhibited) for t in of(ts, "UnderMinIsr")] == [("firing", True)]
+    ts = e.step({"partition_state": partitions(3, {3: 3}, n=4)})
+    assert [(t.status, t.inhibited) for t in of(ts, "UnderMinIsr")] == [("resolved", True)]
+
+
 def slo_status(s: float, page: bool, ticket: bool) -> pd.DataFrame:
     return pd.DataFrame([{"run_id": "c1", "ts": at(s), "slo": "writes", "page": page, "ticket": ticket,
                           "burn_rate_1h": 20.0, "burn_rate_5m": 20.0, "burn_rate_3d": 2.0,
