@@ -197,13 +197,25 @@ class AlertStage:
     def publish(self, batch_id: int, transitions: list[Transition], rows_in: int, began: float,
                 on_executors: bool = False) -> list[dict[str, Any]]:
         """Hand the transitions to the webhook lanes, then write the three gold tables; the events written."""
-        lake = self.lakehouse
+        events = self.hand_over(batch_id, transitions)
+        self.record(batch_id, events, rows_in, began, on_executors)
+        return events
+
+    def hand_over(self, batch_id: int, transitions: list[Transition]) -> list[dict[str, Any]]:
+        """The transitions as events (their ids fixed by the batch), handed to the webhook lanes: nothing waits
+        for a commit. `record` must follow before the batch ends."""
         events = event_rows(transitions, batch_id, datetime.now(UTC), EVENT_PREFIX[self.name])
         if self.dispatcher is not None:
             self.dispatcher.submit(events)
         if self.dispatcher is not None and asked_to_die(self.job, batch_id, "after_delivery"):
             self.dispatcher.wait_idle(30)  # the receivers have them: the kill falls between delivery and commit
             die_here_if_asked(self.job, batch_id, "after_delivery")
+        return events
+
+    def record(self, batch_id: int, events: list[dict[str, Any]], rows_in: int, began: float,
+               on_executors: bool = False) -> None:
+        """gold.alert_events, gold.alerts and the engine's state, each once per batch (the state last)."""
+        lake = self.lakehouse
         self.versions.write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
                                  batch_id)
         die_here_if_asked(self.job, batch_id, "after_events")
@@ -225,7 +237,6 @@ class AlertStage:
             from foundation.delta_io import compact_and_checkpoint
 
             compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))
-        return events
 
     def _rules_predicate(self) -> str | None:
         """The gold.alerts rows this stage owns: its rules', or (silver) every row of no gold rule."""

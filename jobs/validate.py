@@ -62,9 +62,10 @@ from jobs.validate_routes import (
     RoutedOnDriver,
     SparkRoute,
     TableCheck,
+    check_on_driver,
     driver_share,
-    route_on_driver,
     verified,
+    write_routed,
 )
 from jobs.validate_source import bronze_union, table_column
 from pipelines.alert_rules import AlertConfigError
@@ -160,16 +161,25 @@ class UnionValidator:
             v = self.settings.validate_
             on_driver = v.ge_engine == "pandas" or (v.ge_engine == "auto" and rows <= v.ge_pandas_max_rows)
             if on_driver:
-                routed = self._on_driver(batch, batch_id, clock)
+                routed = self._check_on_driver(batch, batch_id, clock)
             else:
                 checks, at_us = self._split(batch, batch_id, clock)
         finally:
             batch.unpersist()
-        if self.alerts is not None:  # on the rows just written to silver, before GE's report
-            if on_driver:
-                self.alerts.on_driver(batch_id, [r for r, _ in routed])
-            else:
-                self.alerts.in_silver(batch_id, at_us)
+        alerts = self.alerts
+        if on_driver:
+            # The alerts first: evaluated on the checked rows and handed to the webhook lanes before any commit.
+            handed = None
+            if alerts is not None:
+                handed = alerts.on_driver(batch_id, [r for r, _ in routed])
+                clock.lap("alerts handed over")
+            self._write(routed, batch_id)
+            clock.lap("silver and quarantine")
+            if alerts is not None and handed is not None:
+                alerts.record(handed)
+                clock.lap("alerts recorded")
+        elif alerts is not None:  # on the rows just written to silver, before GE's report
+            alerts.in_silver(batch_id, at_us)
             clock.lap("alerts")
         if on_driver and self.behind is not None and self.ge_behind:  # a live batch ends here: GE follows
             self._after([r for r, _ in routed], batch_id, _ms_since(clock.started))
@@ -188,12 +198,13 @@ class UnionValidator:
         if self.on_steps is not None:
             self.on_steps(batch_id, rows, clock.steps)
 
-    def _on_driver(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[RoutedOnDriver, int]]:
-        """The batch collected once through Arrow and routed per table on the driver: no other Spark job.
-        Every table reaches silver before Great Expectations validates any (readers wait for silver)."""
+    def _check_on_driver(self, batch: DataFrame, batch_id: int,
+                         clock: StepClock) -> list[tuple[RoutedOnDriver, int]]:
+        """The batch collected once through Arrow and checked per table on the driver: no other Spark job. Nothing
+        is written yet (`_write`)."""
         collected = batch.toArrow()
         clock.lap("collect")
-        lake, routed = self.settings.lakehouse, []
+        routed = []
         for td in self.tables:
             mine = collected.filter(pc.equal(collected.column("_table"), td.name))
             if mine.num_rows == 0:
@@ -206,10 +217,15 @@ class UnionValidator:
                 self.context.brokers.fold(rows)
             elif td.name == TOPIC_CONFIGS.name:
                 self.context.topics.fold(rows)
-            routed.append((route_on_driver(td, rows, batch_id, self.context, self._appender(td.name), lake),
-                           _max_micros(rows.column("ingested_at"))))
-        clock.lap("route and write")
+            routed.append((check_on_driver(td, rows, batch_id, self.context), _max_micros(rows.column("ingested_at"))))
+        clock.lap("check")
         return routed
+
+    def _write(self, routed: list[tuple[RoutedOnDriver, int]], batch_id: int) -> None:
+        """Every checked table to silver and quarantine, before Great Expectations validates any (readers wait for
+        silver)."""
+        for r, _ in routed:
+            write_routed(r, batch_id, self._appender(r.table), self.settings.lakehouse)
 
     def _checked(self, routed: list[tuple[RoutedOnDriver, int]], batch_id: int) -> list[tuple[TableCheck, int]]:
         return [(r.checked(self.ge, batch_id), at_us) for r, at_us in routed]
@@ -249,7 +265,8 @@ class UnionValidator:
                  else driver_share({t: n for t, (n, _) in present.items()}, v.ge_pandas_max_rows))
         checks = []
         if small:
-            routed = self._on_driver(batch.where(F.col("_table").isin(sorted(small))), batch_id, StepClock())
+            routed = self._check_on_driver(batch.where(F.col("_table").isin(sorted(small))), batch_id, StepClock())
+            self._write(routed, batch_id)
             checks = self._checked(routed, batch_id)
             clock.lap(f"{' and '.join(t.name for t in self.tables if t.name in small)} on the driver")
         for td in self.tables:

@@ -1,11 +1,12 @@
 """The rules on silver tables, evaluated by validate on the rows it has just checked.
 
-So a bronze commit crosses one streaming query on its way to a webhook: validate routes a micro-batch, writes
-silver and quarantine, and hands the same valid rows to the `silver` alert stage (jobs/alert_stage.py), which
-evaluates, delivers and records before Great Expectations' report (jobs/dq_behind.py). A live batch's rows are
-already on the driver; a catch-up batch routed by Spark is read back from silver by its `ingested_at` (every row
-of a micro-batch has the batch's) and evaluated as the alerts job evaluates a large batch, cluster by cluster on
-the executors. With `alerts.silver_rules_in: alerts` validate evaluates nothing and the alerts job reads silver.
+So a bronze commit crosses one streaming query on its way to a webhook, and waits for no commit on the way: validate
+checks a live micro-batch on the driver and hands the valid rows to the `silver` alert stage (jobs/alert_stage.py),
+which evaluates them and hands the transitions to the webhook lanes; then silver and quarantine are written, then
+the stage records the batch in the gold tables, then Great Expectations' report follows (jobs/dq_behind.py). A
+catch-up batch routed by Spark is read back from silver by its `ingested_at` (every row of a micro-batch has the
+batch's) and evaluated as the alerts job evaluates a large batch, cluster by cluster on the executors. With
+`alerts.silver_rules_in: alerts` validate evaluates nothing and the alerts job reads silver.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
@@ -41,6 +43,16 @@ def silver_stage(settings: PipelineSettings, log: Callable[[str], None]) -> Aler
                        maintain_every_batches=a.maintain_every_batches, log=log)
 
 
+@dataclass(frozen=True)
+class HandedOver:
+    """A batch's transitions, handed to the webhook lanes and not yet recorded in the gold tables."""
+
+    batch_id: int
+    events: list[dict[str, Any]]
+    rows: int
+    began: float
+
+
 @dataclass
 class SilverAlerts:
     spark: SparkSession
@@ -50,17 +62,22 @@ class SilverAlerts:
     def __post_init__(self) -> None:
         self.tables = [t for layer, t in used_tables(self.stage.config) if layer == "silver"]
 
-    def on_driver(self, batch_id: int, routed: list[RoutedOnDriver]) -> None:
-        """A batch routed on the driver: its valid rows of the rules' tables, as the alerts job would read them."""
+    def on_driver(self, batch_id: int, routed: list[RoutedOnDriver]) -> HandedOver | None:
+        """A batch checked on the driver: its valid rows of the rules' tables (as the alerts job would read them from
+        silver) evaluated and the transitions handed to the webhook lanes, before silver is written. The caller
+        records them (`record`) once silver holds the rows. None: nothing to record (a replay, or no rows)."""
         if self.stage.applied(batch_id):
-            return  # a replay after a crash: the state loaded at start includes it
+            return None  # a replay after a crash: the state loaded at start includes it
         began = time.monotonic()
         frames = [r.valid.select(["run_id", "ts", *SOURCE_COLUMNS[r.table]]).to_pandas().assign(_source=r.table)
                   for r in routed if r.table in self.tables and r.valid is not None and r.valid.num_rows]
         if not frames:
-            return
+            return None
         rows = pd.concat(frames, ignore_index=True)
-        self.stage.publish(batch_id, self.stage.step_rows(rows), len(rows), began)
+        return HandedOver(batch_id, self.stage.hand_over(batch_id, self.stage.step_rows(rows)), len(rows), began)
+
+    def record(self, handed: HandedOver) -> None:
+        self.stage.record(handed.batch_id, handed.events, handed.rows, handed.began)
 
     def in_silver(self, batch_id: int, at_us: int) -> None:
         """A batch routed by Spark: its rows read back from silver (on the driver or the executors by size)."""

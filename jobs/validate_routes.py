@@ -2,8 +2,8 @@
 
 Two routes, the same outcome (rows, verdict, reasons, writes, markers); a large micro-batch's small tables
 take the driver route (`driver_share`), the others the Spark route:
-- `route_on_driver`: the batch was collected to the driver (live batches): context and expectations
-  are evaluated on that Arrow table and silver and quarantine appended from it, with no Spark job at all
+- `check_on_driver`, then `write_routed`: the batch was collected to the driver (live batches): context and
+  expectations are evaluated on that Arrow table and silver and quarantine appended from it, with no Spark job at all
   (pipelines/arrow_expectations.py, pipelines/driver_context.py); Great Expectations' pandas engine then
   validates the same rows.
 - `SparkRoute`: batches too large for the driver: context joins and expectation flags as Spark columns,
@@ -137,7 +137,7 @@ class DriverContext:
 
 @dataclass(frozen=True)
 class RoutedOnDriver:
-    """One table's rows of a batch, written to silver and quarantine; Great Expectations still to run."""
+    """One table's rows of a batch, checked on the driver (`check_on_driver`); Great Expectations still to run."""
 
     td: TableDef
     rows_in: int
@@ -147,7 +147,8 @@ class RoutedOnDriver:
     ge_rows: pa.Table  # what GE's pandas engine validates: the rows with their context
     valid_meters: Callable[[], Any] | None
     valid_states: Callable[[], Any] | None
-    valid: pa.Table | None = None  # the rows written to silver, with their context (the silver alert stage's)
+    valid: pa.Table | None = None     # the rows for silver, with their context (the silver alert stage's)
+    rejected: pa.Table | None = None  # the rows for quarantine, with their failed expectations
 
     @property
     def table(self) -> str:
@@ -161,13 +162,14 @@ class RoutedOnDriver:
                           self.valid_meters, self.valid_states)
 
 
-def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverContext, appender: BatchAppender,
-                    lakehouse: str) -> RoutedOnDriver:
-    """Validate and write one table's rows of a batch held on the driver (bronze columns + ingested_at).
+def check_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverContext) -> RoutedOnDriver:
+    """Validate one table's rows of a batch held on the driver (bronze columns + ingested_at): context, expectations,
+    the silver rows and the quarantined ones with their reasons; nothing written yet (`write_routed`).
 
-    Great Expectations runs afterwards (`RoutedOnDriver.checked`), once every table of the batch is in
-    silver: GE's per-expectation bookkeeping costs ~0.15 s a table, and alerts read silver. A batch whose
-    GE verdict disagrees with the routing still fails before its dq record is written (and again on replay).
+    The alerts on silver tables are evaluated on the valid rows before anything is written, so a webhook waits
+    for no commit. Great Expectations runs afterwards (`RoutedOnDriver.checked`), once every table of the batch is
+    in silver: GE's per-expectation bookkeeping costs ~0.15 s a table. A batch whose GE verdict disagrees with the
+    routing still fails before its dq record is written (and again on replay).
     """
     runs = sorted(r for r in pc.unique(rows.column("run_id")).to_pylist() if r is not None)
     data = rows
@@ -189,23 +191,16 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
     verdict = evaluate(data, td.expectations)
     rows_in, rows_valid = data.num_rows, int(verdict.valid.sum())
     valid = data.filter(pa.array(verdict.valid))
-    if rows_valid:
-        silver = SILVER_TABLES[td.name]
-        appender.append_rows(valid.select(silver.arrow_schema.names).cast(silver.arrow_schema),
-                             silver.path(lakehouse), batch_id)
-    die_here_if_asked(td.name, batch_id, "after_silver")
+    rejected = None
     if rows_valid < rows_in:
         quarantine = QUARANTINE_TABLES[td.name]
         which = np.flatnonzero(~verdict.valid)
-        rejected = data.take(pa.array(which))
+        taken = data.take(pa.array(which))
         reasons = pa.array(failures(data, td.expectations, verdict, which),
                            quarantine.arrow_schema.field(FAILURES).type)
-        rejected = (rejected.append_column(FAILURES, reasons)
-                    .append_column("quarantined_at", rejected.column("ingested_at"))
+        rejected = (taken.append_column(FAILURES, reasons)
+                    .append_column("quarantined_at", taken.column("ingested_at"))
                     .append_column("validate_batch_id", pa.array([batch_id] * len(which), pa.int64())))
-        appender.append_rows(rejected.select(quarantine.arrow_schema.names).cast(quarantine.arrow_schema),
-                             quarantine.path(lakehouse), batch_id)
-    die_here_if_asked(td.name, batch_id, "after_quarantine")
     meters = None
     if td.name in ctx.last_counts:
         def meters() -> Any:
@@ -215,7 +210,23 @@ def route_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
     if td.name in ctx.last_states:
         def states() -> Any:
             return arrow_to_ge_frame(valid.select([*PARTITION_KEY, "ts", *STATE_VALUES]))
-    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, data, meters, states, valid)
+    return RoutedOnDriver(td, rows_in, rows_valid, verdict.counts(td.expectations), runs, data, meters, states, valid,
+                          rejected)
+
+
+def write_routed(r: RoutedOnDriver, batch_id: int, appender: BatchAppender, lakehouse: str) -> None:
+    """Append a checked table's rows to silver and its rejected ones to quarantine, each once per batch."""
+    if r.rows_valid:
+        assert r.valid is not None
+        silver = SILVER_TABLES[r.table]
+        appender.append_rows(r.valid.select(silver.arrow_schema.names).cast(silver.arrow_schema),
+                             silver.path(lakehouse), batch_id)
+    die_here_if_asked(r.table, batch_id, "after_silver")
+    if r.rejected is not None:
+        quarantine = QUARANTINE_TABLES[r.table]
+        appender.append_rows(r.rejected.select(quarantine.arrow_schema.names).cast(quarantine.arrow_schema),
+                             quarantine.path(lakehouse), batch_id)
+    die_here_if_asked(r.table, batch_id, "after_quarantine")
 
 
 @dataclass

@@ -68,8 +68,9 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
     steps = {p["batchId"]: p for p in progress if "steps" in p}
     spark_batches = {p["batchId"]: p["numInputRows"] for p in with_rows if p["name"] == "validate"}
     assert {b: steps[b]["rows"] for b in spark_batches} == spark_batches
-    assert all({"collect", "route and write", "great expectations", "dq record"} <= set(steps[b]["steps"])
-               and all(s >= 0 for s in steps[b]["steps"].values()) for b in spark_batches)
+    named = {"collect", "check", "silver and quarantine", "great expectations", "dq record"}
+    assert all(named <= set(steps[b]["steps"]) and all(s >= 0 for s in steps[b]["steps"].values())
+               for b in spark_batches)
 
 
 def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:

@@ -18,13 +18,16 @@ import yaml
 
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
+from foundation.batch_appender import BatchAppender
 from foundation.bronze_sink import DeltaSink
 from foundation.delta_io import read_rows
 from foundation.settings import load_settings
 from jobs.validate import start_validation
 from pipelines.alert_config import load_alert_config, split_by_layer
 from pipelines.alert_rules import AlertConfigError, parse_alert_config
+from schemas.bronze import PARTITION_STATE
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
+from schemas.silver import SILVER_TABLES
 from tests.alerts.receiver import Receiver
 from tests.alerts.test_alerts_job import copy_lake, run_in_process
 from tests.lakes import LOSE_TWO, TABLES
@@ -122,7 +125,7 @@ def test_killed_between_delivery_and_commit_validate_loses_no_transition(
     (its micro-batch fails there, as a crash would leave it: Spark's checkpoint without the batch, the engine's
     state without it); a new query, as after a restart, replays the batch, commits the same transitions under the
     same ids, and sends them again under the same delivery ids; every routed transition of the uninterrupted run
-    reached the receiver."""
+    reached the receiver. The transitions are delivered before the batch's silver rows are committed."""
     reference = read_rows(ALERT_EVENTS, one_hop).to_pylist()
     routed = [e for e in reference if e["status"] in ("firing", "resolved") and e["severity"] in ("critical",
                                                                                                    "warning")]
@@ -149,7 +152,9 @@ def test_killed_between_delivery_and_commit_validate_loses_no_transition(
             first.finish()
         assert in_batch <= {r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()}   # delivered ...
         assert not [e for e in read_rows(ALERT_EVENTS, lake).to_pylist()
-                    if e["eval_batch_id"] == killed_batch]                                    # ... not committed
+                    if e["eval_batch_id"] == killed_batch]                                    # ... not committed,
+        silver = BatchAppender(spark, f"isrwatch-validate/{PARTITION_STATE.name}/{first.query.id}")
+        assert silver.last_committed(SILVER_TABLES[PARTITION_STATE.name].path(lake)) < killed_batch  # silver neither
         restarted = start_validation(spark, settings, log=lambda _: None)
         restarted.query.awaitTermination()
         assert restarted.query.exception() is None, restarted.query.exception()
