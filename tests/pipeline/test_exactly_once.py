@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -138,32 +140,78 @@ class WorkerDied(Exception):
     pass
 
 
-def _live_run_whose_great_expectations_worker_dies_at(spark: Any, lake: Path, batch: int) -> None:
-    def die(job: str, batch_id: int, point: str) -> None:
-        if (job, batch_id, point) == ("dq_behind", batch, "before_check"):
-            raise WorkerDied(f"the worker died before checking batch {batch_id}")
+class Killed(Exception):
+    pass
+
+
+def _killed_in_process_at(spark: Any, lake: Path, table: str, batch: int, point: str) -> None:
+    """An available-now run, as `_kill_at`'s, on the session's Spark (a JVM less), whose micro-batch fails at the
+    kill point: Spark's checkpoint lacks the batch, and what it committed before the point stays, as after a crash."""
+    def die(job: str, batch_id: int, at: str) -> None:
+        if (job, batch_id, at) == (table, batch, point):
+            raise Killed(f"killed at {table}:{batch}:{point}")
 
     settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
-                                        "validate.trigger": "live", "validate.max_files_per_trigger": 1,
+                                        "validate.trigger": "available-now", "validate.max_files_per_trigger": 1,
                                         "validate.wait_for_tables_seconds": 0, "alerts.webhooks": False})
     with pytest.MonkeyPatch.context() as m:
-        m.setattr("jobs.dq_behind.die_here_if_asked", die)
+        m.setattr("jobs.validate_routes.die_here_if_asked", die)
         running = start_validation(spark, settings, log=lambda _: None)
         try:
-            deadline = time.monotonic() + 300
-            while running.validator.stats.batch_id < batch and time.monotonic() < deadline:
-                assert running.query.exception() is None, running.query.exception()
-                time.sleep(0.1)
-            assert running.validator.behind is not None and running.validator.behind.wait_idle(120)
+            with pytest.raises(Exception, match=f"killed at {table}:{batch}:{point}"):
+                running.query.awaitTermination()
         finally:
             running.query.stop()
             running.finish()
 
 
+@contextmanager
+def _validation_in_process(spark: Any, lake: Path, trigger: str, patched: str, die: Any) -> Iterator[Any]:
+    """validate over broker_metrics, a file per micro-batch, on the session's Spark (a JVM less than `_kill_at`),
+    with the kill point `patched` (a module's `die_here_if_asked`) replaced by `die`; stopped on exit."""
+    settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
+                                        "validate.trigger": trigger, "validate.max_files_per_trigger": 1,
+                                        "validate.wait_for_tables_seconds": 0, "alerts.webhooks": False})
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(patched, die)
+        running = start_validation(spark, settings, log=lambda _: None)
+        try:
+            yield running
+        finally:
+            running.query.stop()
+            running.finish()
+
+
+def _live_run_whose_great_expectations_worker_dies_at(spark: Any, lake: Path, batch: int) -> None:
+    def die(job: str, batch_id: int, point: str) -> None:
+        if (job, batch_id, point) == ("dq_behind", batch, "before_check"):
+            raise WorkerDied(f"the worker died before checking batch {batch_id}")
+
+    with _validation_in_process(spark, lake, "live", "jobs.dq_behind.die_here_if_asked", die) as running:
+        deadline = time.monotonic() + 300
+        while running.validator.stats.batch_id < batch and time.monotonic() < deadline:
+            assert running.query.exception() is None, running.query.exception()
+            time.sleep(0.1)
+        assert running.validator.behind is not None and running.validator.behind.wait_idle(120)
+
+
+def _killed_in_process_at(spark: Any, lake: Path, table: str, batch: int, point: str) -> None:
+    """An available-now run, as `_kill_at`'s, whose micro-batch fails at the kill point: Spark's checkpoint lacks
+    the batch, and what it committed before the point stays, as after a crash."""
+    def die(job: str, batch_id: int, at: str) -> None:
+        if (job, batch_id, at) == (table, batch, point):
+            raise Killed(f"killed at {table}:{batch}:{point}")
+
+    patched = "jobs.validate_routes.die_here_if_asked"
+    with (_validation_in_process(spark, lake, "available-now", patched, die) as running,
+          pytest.raises(Exception, match=f"killed at {table}:{batch}:{point}")):
+        running.query.awaitTermination()
+
+
 def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path, spark: Any) -> None:
-    """Killed at two write boundaries in turn, and a live run's Great Expectations worker dies; each run restarting
-    from the checkpoint the one before left, then run to the end. The boundary after the dq record is the slow
-    test below."""
+    """Killed at two write boundaries in turn (SIGKILL, then a failure in this process), and a live run's Great
+    Expectations worker dies; each run restarting from the checkpoint the one before left, then run to the end.
+    The boundary after the dq record is the slow test below."""
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_with_bad_rows, lake)
     # Batch 1's silver committed; its quarantine, dq record and Spark's commit not: the replay skips silver.
@@ -172,7 +220,7 @@ def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path,
     assert "Using Spark's default log4j profile" in err and "validate: one query over 1 tables" in err, err[-3000:]
     assert [d["validate_batch_id"] for d in _table(DQ_RUNS, lake)] == [0]
     # Batch 3's silver row and its two quarantined rows committed, its dq record not: the replay skips both.
-    _kill_at(lake, "broker_metrics:3:after_quarantine")
+    _killed_in_process_at(spark, lake, "broker_metrics", 3, "after_quarantine")
     assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
     assert len(_table(QUARANTINE_TABLES["broker_metrics"], lake)) == 2
     # Live: a batch hands Great Expectations and its dq record to a worker (jobs/dq_behind.py) and ends. The worker
