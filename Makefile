@@ -7,7 +7,7 @@ STAMPS := .stamps
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency jars kafka-jars s3-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-source-floors jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -170,6 +170,10 @@ bench-batch-sizes: venv jars
 # `make test`) and runs four live scenarios, about 15 min.
 bench-alert-latency: venv jars $(STAMPS)/prometheus
 	$(PY) bench/alert_latency.py
+
+# The floor under that latency: a live micro-batch's rows on the driver, by the shape of validate's source (~9 min).
+bench-source-floors: venv jars
+	$(PY) bench/source_floors.py
 
 $(STAMPS)/prometheus:
 	@mkdir -p $(STAMPS)
