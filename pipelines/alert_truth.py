@@ -158,12 +158,16 @@ def firing_intervals(alert_events: pd.DataFrame) -> pd.DataFrame:
     """One row per firing transition: rule, cluster, topic, partition, fired, resolved (NaT if open), inhibited.
 
     Each firing is paired with the next `resolved` event of the same fingerprint (events ordered by ts, then input).
+    A firing event whose `previous_status` is firing (an alert fired inhibited, delivered when its inhibitor
+    resolved) continues its interval: it is not another alert.
     """
     _require(alert_events, ["status", "rule", "fingerprint", "cluster", "labels", "ts", "inhibited"], "alert_events")
     e = alert_events.reset_index(drop=True).sort_values("ts", kind="stable")
     resolved_ts = e["ts"].where(e["status"] == "resolved")
     next_resolved = resolved_ts.groupby(e["fingerprint"]).bfill()
     firing = e["status"] == "firing"
+    if "previous_status" in e.columns:
+        firing &= e["previous_status"] != "firing"
     f, labels = e[firing], e.loc[firing, "labels"].map(_labels)
     partition = labels.map(lambda d: int(d["partition"]) if d.get("partition") is not None else None)
     out = pd.DataFrame({

@@ -190,6 +190,16 @@ def test_firing_paired_with_next_resolved_of_same_fingerprint() -> None:
     assert (scoped.loc[0, "topic"], scoped.loc[0, "partition"]) == (None, None)
 
 
+def test_a_firing_that_continues_a_firing_alert_is_not_another_alert() -> None:
+    """UnderMinIsr fired inhibited at 10 s and was delivered at 14 s when its inhibitor resolved (firing -> firing):
+    one interval, 10 s to 20 s, so one alert for the episode, not a second firing pair."""
+    fired, resolved = alert("UnderMinIsr", 10, 20, inhibited=True)
+    lifted = {**fired, "ts": at(14), "inhibited": False, "previous_status": "firing"}
+    events = pd.DataFrame([{**fired, "previous_status": "inactive"}, lifted, {**resolved, "previous_status": "firing"}])
+    got = firing_intervals(events)[["fired", "resolved", "inhibited"]].to_numpy().tolist()
+    assert got == [[at(10), at(20), True]]
+
+
 def test_missing_columns_name_the_argument() -> None:
     with pytest.raises(ValueError, match=r"partition_state: missing column.* isr"):
         episodes(pd.DataFrame([state(0, 3)]).drop(columns="isr"), NO_ACKS)
