@@ -23,9 +23,7 @@ Semantics, per rule and entity, over samples in event-time order:
 from __future__ import annotations
 
 import functools
-import math
 import re
-import string
 from collections import defaultdict
 from typing import Any
 
@@ -35,6 +33,7 @@ import pandas as pd
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_signals import SOURCES
 from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint, transition_order
+from pipelines.alert_templates import display, render_annotations
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -60,34 +59,6 @@ def ms_of(ts: pd.Series) -> pd.Series:
     if pd.api.types.is_datetime64_any_dtype(ts.dtype):
         return pd.Series(np.asarray(ts.values, "datetime64[ns]").view("int64") // 1_000_000, index=ts.index)
     return ts.map(to_ms)
-
-
-class _Values(dict[str, Any]):
-    """Template values: integral floats print as integers, unknown fields are an error caught at start-up."""
-
-    def __missing__(self, key: str) -> str:
-        return "{" + key + "}"
-
-
-def _display(v: Any) -> Any:
-    if isinstance(v, float | np.floating):
-        if math.isnan(v):
-            return "n/a"
-        return int(v) if float(v).is_integer() else round(float(v), 3)
-    if isinstance(v, np.integer | np.bool_):
-        return v.item()
-    return v
-
-
-def render(template: str, values: dict[str, Any]) -> str:
-    return string.Formatter().vformat(template, (), _Values({k: _display(v) for k, v in values.items()}))
-
-
-def _annotations(rule: Rule, rec: dict[str, Any], labels: dict[str, str]) -> dict[str, str]:
-    """summary, description and runbook rendered from one sample (its values shown once for the three)."""
-    shown = _Values({k: _display(v) for k, v in {**rec, **labels, "value": float(rec["_value"])}.items()})
-    formatter = string.Formatter()
-    return {name: formatter.vformat(getattr(rule, name), (), shown) for name in ("summary", "description", "runbook")}
 
 
 class AlertEngine:
@@ -267,7 +238,7 @@ class AlertEngine:
     # -- lifecycle -----------------------------------------------------------------------------------
     def _labels(self, rule: Rule, rec: dict[str, Any]) -> dict[str, str]:
         labels = {"alertname": rule.name, "severity": rule.severity, "cluster": str(rec["run_id"])}
-        labels.update({k: str(_display(rec[k])) for k in rule.entity_keys})
+        labels.update({k: str(display(rec[k])) for k in rule.entity_keys})
         labels.update(rule.labels)
         return labels
 
@@ -346,7 +317,7 @@ class AlertEngine:
         # A resolved alert firing again keeps its recent changes: that is how flapping is seen.
         changes = alert.changes if alert is not None and status == "resolved" else []
         alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value,
-                      _annotations(rule, rec, labels), changes=changes)
+                      render_annotations(rule, rec, labels), changes=changes)
         alert.flapping = self.config.flap_detection.flapping(len(changes))
         self.state.alerts[key] = alert
         if rule.for_ms == 0:
@@ -396,7 +367,7 @@ class AlertEngine:
         """An open alert's annotations, from its latest sample whose condition held."""
         deferred = self._unrendered.pop(key, None)
         if deferred is not None and alert is not None:
-            alert.annotations = _annotations(*deferred)
+            alert.annotations = render_annotations(*deferred)
 
     def _transition(self, rule: Rule, a: Alert, status: str, previous: str, ts: int) -> Transition:
         self._render(f"{rule.name}/{a.fingerprint}", a)
