@@ -71,18 +71,22 @@ class Committed:
     at: dict[str, float] = field(default_factory=dict)  # data file (local path) -> commit time
 
     def latest(self, table: str) -> int:
-        self.of_file("")
+        self.refresh()
         return self.versions.get(table, -1)
 
     def of_file(self, path: str) -> float | None:
         if path not in self.at:
-            for td in BRONZE_TABLES:
-                table = f"{self.lake}/bronze/{td.name}"
-                for version, adds in new_commits(table, self.versions.get(td.name, -1)):
-                    when = os.stat(f"{table}/_delta_log/{version:020d}.json").st_mtime
-                    self.at.update(dict.fromkeys(added_files(table, adds), when))
-                    self.versions[td.name] = version
+            self.refresh()
         return self.at.get(path)
+
+    def refresh(self) -> None:
+        """Read the commits made since the last look."""
+        for td in BRONZE_TABLES:
+            table = f"{self.lake}/bronze/{td.name}"
+            for version, adds in new_commits(table, self.versions.get(td.name, -1)):
+                when = os.stat(f"{table}/_delta_log/{version:020d}.json").st_mtime
+                self.at.update(dict.fromkeys(added_files(table, adds), when))
+                self.versions[td.name] = version
 
 
 def _pct(values: list[float], q: float) -> float:
