@@ -346,8 +346,8 @@ class AlertEngine:
     def _lifted(self, rule: Rule, alert: Alert, ts: int) -> Transition | None:
         """A firing alert that fired inhibited is delivered once no inhibitor fires any more at `ts` (as Alertmanager
         notifies a muted alert when its inhibitor resolves): a firing -> firing transition, no longer inhibited.
-        Without it a partition back from offline with its ISR under min ISR would never page: UnderMinIsr fired,
-        inhibited, while PartitionOffline fired."""
+        Without it an alert muted by a broader one would never page if it outlived it: a partition still offline
+        when the controller's OfflinePartitions resolves."""
         if not alert.inhibited or self._inhibited(rule, alert.labels, ts):
             return None
         alert.inhibited = False

@@ -178,8 +178,10 @@ def firing_intervals(alert_events: pd.DataFrame) -> pd.DataFrame:
 
 
 def _matches(eps: pd.DataFrame, alerts: pd.DataFrame, grace: pd.Timedelta) -> pd.DataFrame:
-    """(episode id, alert id, fired, rule, start, exact) for every alert interval overlapping an episode's graced
-    window; `exact`: it overlaps the episode itself, not only its grace."""
+    """(episode id, alert id, fired, rule, start, rank) for every alert interval overlapping an episode's graced
+    window. `rank` orders the candidates for an episode: 0 the alert overlaps the episode itself; 1 it fired within
+    the grace after the episode ended (a sample after an instant event); 2 it resolved within the grace before the
+    episode began, so it answered an earlier incident."""
     e = eps[["cluster", "topic", "partition", "start", "end"]].rename_axis("eid").reset_index()
     a = alerts.rename_axis("aid").reset_index()
     scoped = a["rule"].isin(CLUSTER_SCOPED)
@@ -189,14 +191,14 @@ def _matches(eps: pd.DataFrame, alerts: pd.DataFrame, grace: pd.Timedelta) -> pd
         e.merge(a[scoped].drop(columns=["topic", "partition"]), on="cluster"),
     ], ignore_index=True)
     if not len(pairs):
-        return pd.DataFrame(columns=["eid", "aid", "fired", "rule", "start", "exact"])
+        return pd.DataFrame(columns=["eid", "aid", "fired", "rule", "start", "rank"])
 
     def overlapping(slack: pd.Timedelta) -> pd.Series:
         return (pairs["fired"] <= pairs["end"] + slack) & (
             pairs["resolved"].isna() | (pairs["resolved"] >= pairs["start"] - slack))
 
-    pairs["exact"] = overlapping(pd.Timedelta(0))
-    return pairs.loc[overlapping(grace), ["eid", "aid", "fired", "rule", "start", "exact"]]
+    pairs["rank"] = np.where(overlapping(pd.Timedelta(0)), 0, np.where(pairs["fired"] > pairs["end"], 1, 2))
+    return pairs.loc[overlapping(grace), ["eid", "aid", "fired", "rule", "start", "rank"]]
 
 
 def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
@@ -206,9 +208,12 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
     [start - grace, end + grace]. Inhibited alerts count: they were evaluated and recorded.
 
     A flapping alert is not rewarded: an alert interval is true only as the one chosen for an episode and rule
-    (the earliest overlapping the episode itself, else the earliest within its grace), so a second
-    firing/resolved pair of a rule during one incident counts against precision unless it is chosen for another
-    episode. `pairs` is, per episode, the most firings one rule had during it (at least 1 when detected)."""
+    (the earliest overlapping the episode itself, else the earliest firing within the grace after it, else the
+    earliest resolved within the grace before it), so a second firing/resolved pair of a rule during one incident
+    counts against precision unless it is chosen for another episode. The same order picks the alert an episode's
+    delay is measured to. An instant episode (an election) is seen by the next sample, after it: two bursts of
+    elections seconds apart are two alerts, each chosen for its own burst. `pairs` is, per episode, the most
+    firings one rule had during it (at least 1 when detected)."""
     _require(episodes, ["cls", "cluster", "topic", "partition", "start", "end"], "episodes")
     if grace_ms < 0:
         raise ValueError(f"grace_ms: must be >= 0, got {grace_ms}")
@@ -219,12 +224,12 @@ def score(episodes: pd.DataFrame, alert_events: pd.DataFrame,
         eps = episodes[episodes["cls"] == cls].reset_index(drop=True)
         alerts = intervals[intervals["rule"].isin(rules)].reset_index(drop=True)
         m = _matches(eps, alerts, grace)
-        during = m.groupby(["eid", "rule"])["exact"].sum().clip(lower=1) if len(m) else pd.Series(dtype=int)
+        during = (m.assign(exact=m["rank"] == 0).groupby(["eid", "rule"])["exact"].sum().clip(lower=1) if len(m)
+                  else pd.Series(dtype=int))
         per_rule = during.groupby(level="eid").max() if len(m) else pd.Series(dtype=int)
-        chosen = m.assign(_grace_only=~m["exact"].astype(bool)).sort_values(
-            ["eid", "rule", "_grace_only", "fired"], kind="stable").drop_duplicates(["eid", "rule"])
+        chosen = m.sort_values(["eid", "rule", "rank", "fired"], kind="stable").drop_duplicates(["eid", "rule"])
         true_aids = chosen["aid"]
-        first = m.sort_values(["eid", "fired", "rule"], kind="stable").drop_duplicates("eid").set_index("eid")
+        first = m.sort_values(["eid", "rank", "fired", "rule"], kind="stable").drop_duplicates("eid").set_index("eid")
         delay = ((first["fired"] - first["start"]).dt.total_seconds().clip(lower=0.0)
                  if len(first) else pd.Series(dtype="float64"))
         idx = pd.RangeIndex(len(eps))

@@ -268,3 +268,15 @@ def test_an_alert_near_the_next_incident_is_chosen_for_its_own_not_counted_as_a_
                        alert("UnderMinIsr", 10, 21), alert("UnderMinIsr", 28, 41))
     assert (row["alerts"], row["true_alerts"], row["precision"], row["pairs_max"]) == (2, 2, 1.0, 1.0)
     assert list(matches["pairs"]) == [1, 1]
+
+
+def test_two_bursts_of_elections_seconds_apart_are_two_true_alerts_each_timed_to_its_own_burst() -> None:
+    """Unclean elections at 44.2 s (partitions 1 and 4) and at 46.2 s (partition 0). The rate-based rule fires at
+    the next sample after each burst (45 s, resolved at 46 s; 47 s). No alert overlaps an instant episode, so
+    within the grace both alerts touch every episode: the 47 s alert is the one chosen for the second burst (it
+    fired after it; the 45 s one resolved before it began), and that burst's delay is measured to it."""
+    eps = [ep("unclean_elections", 44.2, 44.2, partition=1), ep("unclean_elections", 44.2, 44.2, partition=4),
+           ep("unclean_elections", 46.2, 46.2, partition=0)]
+    row, matches = run(eps, alert("UncleanLeaderElection", 45, 46), alert("UncleanLeaderElection", 47))
+    assert (row["alerts"], row["true_alerts"], row["precision"], row["recall"]) == (2, 2, 1.0, 1.0)
+    assert matches["delay_s"].round(1).tolist() == [0.8, 0.8, 0.8]

@@ -99,43 +99,63 @@ def test_unclean_election_alert_resolves_when_the_rate_returns_to_zero() -> None
 
 
 def test_one_offline_partition_on_the_controller_is_one_critical_alert() -> None:
-    """Only the controller reports OfflinePartitionsCount: summed, not averaged over four reporters;
-    the partition-level PartitionOffline and UnderMinIsr alerts are inhibited (recorded, not delivered)."""
+    """Only the controller reports OfflinePartitionsCount: summed, not averaged over four reporters; the
+    partition-level PartitionOffline is inhibited (recorded, not delivered). Its empty ISR is not UnderMinIsr:
+    no leader refuses writes, and Kafka's UnderMinIsrPartitionCount counts leaders only."""
     e = AlertEngine(CONFIG)
     ts = run(e, {"broker_metrics": controller(0, OfflinePartitionsCount=1.0),
                  "partition_state": partitions(0, {3: 0}, leader={3: -1}, n=10)})
     firing = [t for t in ts if t.status == "firing"]
     delivered = [t for t in firing if not t.inhibited]
     assert [(t.rule, t.severity, t.value) for t in delivered] == [("OfflinePartitions", "critical", 1.0)]
-    assert sorted(t.rule for t in firing if t.inhibited) == ["PartitionOffline", "UnderMinIsr"]
+    assert [t.rule for t in firing if t.inhibited] == ["PartitionOffline"]
+
+
+def test_under_min_isr_fires_when_an_offline_partition_returns_with_a_leader_under_min_isr() -> None:
+    """Offline with its ISR emptied (the replicas kept in the ELR): PartitionOffline only. Back with a leader and
+    one replica in sync: UnderMinIsr fires then, at that sample, and is delivered."""
+    e = AlertEngine(CONFIG)
+    offline = run(e, *({"partition_state": partitions(s, {3: 0}, leader={3: -1}, n=4)} for s in range(2)))
+    assert [t.rule for t in offline if t.status == "firing"] == ["PartitionOffline"]
+    back = e.step({"partition_state": partitions(2, {3: 1}, n=4)})
+    assert [(t.rule, t.status, t.inhibited, t.ts_ms - T0.value // 10**6) for t in back
+            if t.rule in ("UnderMinIsr", "PartitionOffline")] == [
+        ("PartitionOffline", "resolved", False, 2000), ("UnderMinIsr", "firing", False, 2000)]
+
+
+# Degraded is muted while its partition is Offline (both hold while offline with one replica in the ISR).
+MUTED = parse_alert_config({"rules": [
+    {"name": "Offline", "source": "partition_state", "scope": "partition", "when": "offline", "severity": "critical"},
+    {"name": "Degraded", "source": "partition_state", "scope": "partition", "when": "isr_size < 2",
+     "severity": "critical", "inhibited_by": [{"rule": "Offline", "equal": ["cluster", "topic", "partition"]}]},
+]}, "tests/muted.yaml")
 
 
 def test_an_alert_fired_inhibited_is_delivered_when_its_inhibitor_resolves() -> None:
-    """Partition 3 goes offline with one replica left in its ISR: UnderMinIsr fires, inhibited by PartitionOffline.
-    When a leader returns with the ISR still under min ISR, PartitionOffline resolves and UnderMinIsr is delivered
-    then (as Alertmanager notifies a muted alert when its inhibitor resolves); its resolution is delivered too."""
-    e = AlertEngine(CONFIG)
+    """Partition 3 goes offline with one replica left in its ISR: Degraded fires, inhibited by Offline. When a
+    leader returns with the ISR still short, Offline resolves and Degraded is delivered then (as Alertmanager
+    notifies a muted alert when its inhibitor resolves); its resolution is delivered too."""
+    e = AlertEngine(MUTED)
     offline = run(e, {"partition_state": partitions(0, {3: 1}, leader={3: -1}, n=4)},
                   {"partition_state": partitions(1, {3: 1}, leader={3: -1}, n=4)})
-    assert [(t.rule, t.status, t.inhibited) for t in of(offline, "UnderMinIsr")] == [("UnderMinIsr", "firing", True)]
+    assert [(t.rule, t.status, t.inhibited) for t in of(offline, "Degraded")] == [("Degraded", "firing", True)]
     back = e.step({"partition_state": partitions(2, {3: 1}, n=4)})
-    assert [(t.rule, t.status, t.previous, t.inhibited, t.ts_ms - T0.value // 10**6) for t in back
-            if t.rule in ("UnderMinIsr", "PartitionOffline")] == [
-        ("PartitionOffline", "resolved", "firing", False, 2000), ("UnderMinIsr", "firing", "firing", False, 2000)]
+    assert [(t.rule, t.status, t.previous, t.inhibited, t.ts_ms - T0.value // 10**6) for t in back] == [
+        ("Degraded", "firing", "firing", False, 2000), ("Offline", "resolved", "firing", False, 2000)]
     # Still firing, not inhibited: nothing more until it resolves, and the resolution is delivered.
-    assert not of(e.step({"partition_state": partitions(3, {3: 1}, n=4)}), "UnderMinIsr")
-    resolved = of(e.step({"partition_state": partitions(4, {3: 3}, n=4)}), "UnderMinIsr")
+    assert not of(e.step({"partition_state": partitions(3, {3: 1}, n=4)}), "Degraded")
+    resolved = of(e.step({"partition_state": partitions(4, {3: 3}, n=4)}), "Degraded")
     assert [(t.status, t.inhibited) for t in resolved] == [("resolved", False)]
 
 
 def test_an_alert_still_inhibited_or_resolved_in_the_same_batch_is_not_lifted() -> None:
     """The inhibitor fires on: nothing is lifted. Inhibitor and alert resolve at the same sample: the alert
     resolves inhibited (never delivered firing, so its resolution is not delivered either)."""
-    e = AlertEngine(CONFIG)
+    e = AlertEngine(MUTED)
     ts = run(e, *({"partition_state": partitions(s, {3: 1}, leader={3: -1}, n=4)} for s in range(3)))
-    assert [(t.status, t.inhibited) for t in of(ts, "UnderMinIsr")] == [("firing", True)]
+    assert [(t.status, t.inhibited) for t in of(ts, "Degraded")] == [("firing", True)]
     ts = e.step({"partition_state": partitions(3, {3: 3}, n=4)})
-    assert [(t.status, t.inhibited) for t in of(ts, "UnderMinIsr")] == [("resolved", True)]
+    assert [(t.status, t.inhibited) for t in of(ts, "Degraded")] == [("resolved", True)]
 
 
 def slo_status(s: float, page: bool, ticket: bool) -> pd.DataFrame:

@@ -214,7 +214,7 @@ def test_the_collector_writes_its_tables_to_an_object_store_and_keeps_its_memory
 REFUSE_TOPIC = "canary-refuse"
 BRONZE_TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_configs", "ack_ledger")
 ALERT_RULES = ("UnderReplicated", "BrokerNotReporting", "UnderMinIsr", "ProduceNotEnoughReplicas", "AckedRecordsLost",
-               "UncleanLeaderElection", "PartitionOffline", "OfflinePartitions")  # the last two inhibit UnderMinIsr
+               "UncleanLeaderElection")
 UNCLEAN_TOPIC = "canary-unclean"
 
 
