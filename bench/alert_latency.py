@@ -146,7 +146,8 @@ def _emulate(lake: str, *args: str) -> subprocess.Popen[bytes]:
 
 
 @contextmanager
-def isrwatch(work: Path, lake: str, receiver: str) -> Iterator[subprocess.Popen[bytes]]:
+def isrwatch(work: Path, lake: str, receiver: str, lane: bool,
+             validate_trigger: str | None) -> Iterator[subprocess.Popen[bytes]]:
     """`isrwatch pipeline run --jobs validate,alerts`, live, with the shipped rules delivering to `receiver`
     (UnderReplicated without its `for`, as the peer's rules have none); stopped with Ctrl-C on exit."""
     rules = yaml.safe_load((ROOT / "conf" / "alerts.yaml").read_text())
@@ -155,8 +156,14 @@ def isrwatch(work: Path, lake: str, receiver: str) -> Iterator[subprocess.Popen[
             rule.pop("for", None)
     rules["receivers"] = [{"name": "bench", "url": receiver, "backoff_initial": "50ms"}]
     (work / "alerts.yaml").write_text(yaml.safe_dump(rules))
+    config = yaml.safe_load((ROOT / "conf" / "pipeline.yaml").read_text())
+    config["alerts"]["lane"] = lane
+    if validate_trigger is not None:
+        config["validate"]["trigger_interval"] = validate_trigger
+    (work / "pipeline.yaml").write_text(yaml.safe_dump(config))
     log = (work / "pipeline.log").open("wb")
     proc = subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "pipeline", "run", "--jobs", "validate,alerts",
+                             "--config", str(work / "pipeline.yaml"),
                              "--lakehouse", lake, "--rules", str(work / "alerts.yaml"), "--trigger", "live",
                              "--status-every", "60", "--progress-log", str(work / "progress.jsonl")],
                             cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
@@ -273,7 +280,7 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
     addBatch is the foreachBatch body (validate: its steps below; alerts: collect, the rules on gold tables,
     hand-over to the webhook lanes, gold commits)."""
     print("\n  isrwatch's micro-batches that read rows, Spark's phases in ms (p50 / p95):")
-    for name in ("validate", "alerts"):
+    for name in ("alert_lane", "validate", "alerts"):
         batches = [p for p in progress if p["name"] == name and p.get("numInputRows", 0) > 0
                    and datetime.fromisoformat(p["timestamp"]).timestamp() >= since_wall]
         if not batches:
@@ -283,16 +290,17 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
             values = [float(p["durationMs"].get(phase, 0)) for p in batches]
             cells.append(f"{phase} {statistics.median(values):.0f} / {_pct(values, 0.95):.0f}")
         rows = [p["numInputRows"] for p in batches]
-        print(f"  {name:<9} {len(batches)} batches, {statistics.median(rows):.0f} rows (p50): " + ", ".join(cells))
-    # validate's own steps inside addBatch, for the same batches (the steps lines carry no timestamp: by batch id)
-    measured = {p["batchId"] for p in progress if p["name"] == "validate" and "durationMs" in p
-                and datetime.fromisoformat(p["timestamp"]).timestamp() >= since_wall}
-    steps = [p["steps"] for p in progress if "steps" in p and p["batchId"] in measured]
-    if steps:
-        names = list(dict.fromkeys(name for s in steps for name in s))
-        cells = [f"{n} {statistics.median([1000 * s.get(n, 0.0) for s in steps]):.0f} / "
-                 f"{_pct([1000 * s.get(n, 0.0) for s in steps], 0.95):.0f}" for n in names]
-        print("  validate's addBatch, its own steps in ms (p50 / p95): " + ", ".join(cells))
+        print(f"  {name:<10} {len(batches)} batches, {statistics.median(rows):.0f} rows (p50): " + ", ".join(cells))
+    # the jobs' own steps inside addBatch, for the same batches (the steps lines carry no timestamp: by batch id)
+    for name in ("alert_lane", "validate"):
+        measured = {p["batchId"] for p in progress if p["name"] == name and "durationMs" in p
+                    and datetime.fromisoformat(p["timestamp"]).timestamp() >= since_wall}
+        steps = [p["steps"] for p in progress if "steps" in p and p["name"] == name and p["batchId"] in measured]
+        if steps:
+            names = list(dict.fromkeys(n for s in steps for n in s))
+            cells = [f"{n} {statistics.median([1000 * s.get(n, 0.0) for s in steps]):.0f} / "
+                     f"{_pct([1000 * s.get(n, 0.0) for s in steps], 0.95):.0f}" for n in names]
+            print(f"  {name}'s addBatch, its own steps in ms (p50 / p95): " + ", ".join(cells))
 
 
 def main() -> None:
@@ -301,6 +309,11 @@ def main() -> None:
     p.add_argument("--duration", default=None, help="each run's simulated (= wall) time, e.g. 90s (default: the "
                                                     "scenario's, 3m)")
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs, lakehouse)")
+    p.add_argument("--lane", action=argparse.BooleanOptionalAction, default=True,
+                   help="isrwatch with the alert lane (alerts.lane), or without: every rule on silver tables in "
+                        "validate's micro-batch")
+    p.add_argument("--validate-trigger", default=None, metavar="INTERVAL",
+                   help="validate.trigger_interval for this run (default: the shipped one)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="isrwatch-bench-alert-latency-"))
     lake = str(work / "lakehouse")
@@ -315,7 +328,8 @@ def main() -> None:
             raise SystemExit("the warm-up emulator run failed")
         tail.skip_existing()
         threading.Thread(target=tail.run, args=(stop,), daemon=True).start()
-        with isrwatch(work, lake, server.url("isrwatch")), peer(work, server.url("metrics"), server.url("peer")):
+        with isrwatch(work, lake, server.url("isrwatch"), args.lane, args.validate_trigger), \
+                peer(work, server.url("metrics"), server.url("peer")):
             print(f"  ready in {time.monotonic() - began:.0f} s", flush=True)
             time.sleep(2)
             measured_from, measured_wall = time.monotonic(), time.time()

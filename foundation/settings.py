@@ -89,6 +89,17 @@ class AlertsSettings(GoldJobSettings):
     silver_rules_in: Literal["validate", "alerts"] = "validate"
     # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
     driver_max_rows: int = Field(default=500_000, ge=0)
+    # The alert lane (jobs/alert_lane.py): with a live validate on a local lakehouse, the rules on partition_state
+    # and broker_metrics are evaluated by a query of their own over the bronze commit logs, micro-batches back to
+    # back (`lane_trigger_interval`), before validate has written silver.
+    lane: bool = False
+    lane_trigger_interval: str = "100 milliseconds"
+
+    @field_validator("lane_trigger_interval")
+    @classmethod
+    def _lane_interval(cls, v: str) -> str:
+        interval_ms(v)
+        return v
 
 
 class PostureSettings(GoldJobSettings):

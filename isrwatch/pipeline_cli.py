@@ -137,10 +137,14 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str], progress: Any = None)
         from jobs.validate import start_validation
 
         on_steps = None if progress is None else functools.partial(progress.steps, "validate")
-        running = start_validation(spark, settings, on_steps=on_steps)
+        lane_steps = None if progress is None else functools.partial(progress.steps, "alert_lane")
+        running = start_validation(spark, settings, on_steps=on_steps, lane_steps=lane_steps)
         bronze = {td.name: td.path(lake) for td in BRONZE_TABLES}
         tables = tuple(bronze[td.name] for td in running.validator.tables)
         started.append(Job("validate", running.query, running.validator.stats, tables, running.finish))
+        if running.lane is not None:
+            lane_tables = tuple(bronze[td.name] for td in running.lane.batches.tables)
+            started.append(Job("alert_lane", running.lane.query, running.lane.stage.stats, lane_tables))
         _settle(started, settings.validate_)
     if "posture" in jobs:
         from jobs.posture import start_posture

@@ -1,16 +1,18 @@
 """One placement of the alert rule engine in a streaming job: evaluate a micro-batch, deliver, then record.
 
-The rules on silver tables are evaluated by validate, on the rows it has just checked (the `silver` stage); the
-rules on gold tables (posture, slo_status) by the alerts job (the `gold` stage). With `alerts.silver_rules_in:
-alerts` the alerts job holds every rule in one `gold` stage, reading silver as before. Both stages run the same
-engine (pipelines/alert_engine.py) and share the gold tables:
-- gold.alert_events: appended by both. The silver stage's event ids start with `s` (`s<batch>-<seq>`, its batch
-  being validate's), the gold stage's do not (`<batch>-<seq>`), so ids never collide and each stage's dispatcher
-  recovers only its own events (`owns`).
+The rules on silver tables are evaluated by validate, on the rows it has just checked (the `silver` stage); with
+`alerts.lane` those on partition_state and broker_metrics by the alert lane's query instead (the `lane` stage,
+jobs/alert_lane.py); the rules on gold tables (posture, slo_status) by the alerts job (the `gold` stage). With
+`alerts.silver_rules_in: alerts` the alerts job holds every rule in one `gold` stage, reading silver as before. The
+stages run the same engine (pipelines/alert_engine.py) and share the gold tables:
+- gold.alert_events: appended by each. The silver stage's event ids start with `s` (`s<batch>-<seq>`, its batch
+  being validate's), the lane's with `l`, the gold stage's with their batch's digits (`<batch>-<seq>`), so ids
+  never collide and each stage's dispatcher recovers only its own events (`owns`).
 - gold.alerts: each stage overwrites only the rows of its rules (a predicate on `rule`); the silver stage's
-  predicate is "not a gold rule", so the rows of a rule removed from the file go with it.
-- gold.alerts_engine_state: each stage overwrites only its rows (`engine`). Rows written before the column
-  existed are given their stage once, by whichever stage starts first (`claim_state`).
+  predicate is "no other stage's rule", so the rows of a rule removed from the file go with it.
+- gold.alerts_engine_state: each stage overwrites only its rows (`engine`). At its start a stage takes the rows of
+  its rules (and, reading partition_state or broker_metrics, the signals) from whichever stage held them; rows
+  written before the column existed are given their stage once (`claim_state`).
 
 Exactly once, as before: the three writes carry the app transaction (`app_id`, batch id), the state is written
 last, and a batch whose state is already committed is skipped (`applied`). Transitions go to the dispatcher
@@ -64,9 +66,10 @@ SOURCE_TABLES: dict[tuple[str, str], TableDef] = {
     **{("silver", t): td for t, td in SILVER_TABLES.items()},
     ("gold", "posture_history"): POSTURE_HISTORY, ("gold", "slo_status"): SLO_STATUS,
 }
-SILVER, GOLD = "silver", "gold"
+SILVER, GOLD, LANE = "silver", "gold", "lane"
 COMMIT_ATTEMPTS = 5
-EVENT_PREFIX = {SILVER: "s", GOLD: ""}
+EVENT_PREFIX = {SILVER: "s", LANE: "l", GOLD: ""}
+SIGNAL_TABLES = ("partition_state", "broker_metrics")  # the engine's signals (last HWs, last reports) come from them
 
 
 def used_tables(config: AlertConfig) -> list[tuple[str, str]]:
@@ -113,25 +116,32 @@ def _sql_list(names: list[str]) -> str:
     return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
 
 
-def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str]) -> None:
-    """Give each gold.alerts_engine_state row written before its `engine` column its stage, in one commit: an
-    alert's or window's by its rule's layer, the brokers' last reports and the partitions' last HWs (silver
-    signals) to the silver stage, unless no rule is on silver."""
+def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], name: str | None = None,
+                mine: frozenset[str] | set[str] = frozenset(), signals: bool = False) -> None:
+    """In one commit, when anything changes:
+    - each gold.alerts_engine_state row written before its `engine` column gets its stage: an alert's or window's by
+      its rule's layer, the brokers' last reports and the partitions' last HWs (silver signals) to the silver stage,
+      unless no rule is on silver;
+    - stage `name` takes the rows of its rules (`mine`) and, with `signals` (its rules read partition_state or
+      broker_metrics), the signals, from whichever stage held them: a rule moved between validate and the alert
+      lane keeps its alerts."""
     table = open_table(ALERTS_STATE, lake)
     if table is None:
         return
-    rows = table.to_pyarrow_table()
-    if rows.num_rows == 0 or rows.column("engine").null_count == 0:
-        return
+    rows = table.to_pyarrow_table().to_pylist()
     stray = SILVER if silver_rules or not gold_rules else GOLD
 
-    def owner(r: dict[str, Any]) -> str:
-        if r["engine"] is not None:
-            return str(r["engine"])
+    def owner(r: dict[str, Any]) -> str | None:
         rule = r["key"].split("/", 1)[0] if r["kind"] in ("alert", "window", "window_evaluated") else None
+        if name is not None and (rule in mine if rule is not None else signals):
+            return name
+        if r["engine"] is not None or name == LANE:  # the lane knows only its own rules
+            return r["engine"]
         return GOLD if rule in gold_rules else SILVER if rule in silver_rules else stray
 
-    claimed = [{**r, "engine": owner(r)} for r in rows.to_pylist()]
+    claimed = [{**r, "engine": owner(r)} for r in rows]
+    if claimed == rows:
+        return
     write_with_checksum(ALERTS_STATE.path(lake), pa.Table.from_pylist(claimed, schema=ALERTS_STATE.arrow_schema),
                         mode="overwrite")
 
@@ -239,8 +249,8 @@ class AlertStage:
             compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))
 
     def _rules_predicate(self) -> str | None:
-        """The gold.alerts rows this stage owns: its rules', or (silver) every row of no gold rule."""
-        if self.name == GOLD:
+        """The gold.alerts rows this stage owns: its rules', or (silver) every row of no other stage's rule."""
+        if self.name != SILVER:
             return None if not self.others else f"rule IN ({_sql_list([r.name for r in self.config.rules])})"
         return f"rule NOT IN ({_sql_list(list(self.others))})" if self.others else None
 
@@ -282,12 +292,15 @@ def build_stage(lake: str, name: str, config: AlertConfig, others: tuple[str, ..
     for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
         ensure_table(td, lake)
     mine = {r.name for r in config.rules}
-    claim_state(lake, mine if name == SILVER else set(others), mine if name == GOLD else set(others))
+    signals = any(SOURCES[r.source].table in SIGNAL_TABLES for r in config.rules)
+    claim_state(lake, mine if name != GOLD else set(others), mine if name == GOLD else set(others), name, mine,
+                signals)
     engine = AlertEngine(config, load_state(lake, name))
     dispatcher = None
     if webhooks and config.receivers:
-        prefix = EVENT_PREFIX[SILVER]
-        owns = ((lambda event_id: event_id.startswith(prefix)) if name == SILVER
-                else (lambda event_id: not event_id.startswith(prefix)))
+        prefix = EVENT_PREFIX[name]
+        # A gold event id starts with its batch's digits; the others with their stage's letter.
+        owns = ((lambda event_id: event_id.startswith(prefix)) if prefix
+                else (lambda event_id: event_id[:1].isdigit()))
         dispatcher = WebhookDispatcher(config, lake, log=log, owns=owns).start()
     return AlertStage(lake, name, config, others, engine, dispatcher, job, driver_max_rows, maintain_every_batches)

@@ -31,7 +31,6 @@ if __package__ in (None, ""):  # run as a file by spark-submit: make the project
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -41,6 +40,7 @@ from foundation.batch_appender import BatchAppender
 from foundation.settings import PipelineSettings, SettingsError, interval_ms
 from foundation.spool import Spool
 from jobs import driver_signals
+from jobs.alert_lane import RunningLane, start_alert_lane
 from jobs.delta_tables import (
     SchemaDriftError,
     check_schema,
@@ -49,32 +49,24 @@ from jobs.delta_tables import (
     wait_for_tables,
 )
 from jobs.dq_behind import DqBehind, Waiting
+from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
 from jobs.ge_process import GeProcess
 from jobs.step_clock import StepClock
 from jobs.streaming import await_query, die_here_if_asked, wait_started
 from jobs.validate_alerts import SilverAlerts, silver_stage
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
-from jobs.validate_reads import DriverReads
 from jobs.validate_routes import (
     SOURCE_STEP,
-    DriverContext,
     RoutedOnDriver,
     SparkRoute,
     TableCheck,
-    check_on_driver,
     driver_share,
     verified,
     write_routed,
 )
 from jobs.validate_source import bronze_union, table_column
 from pipelines.alert_rules import AlertConfigError
-from pipelines.context import (
-    LastCounts,
-    LastStates,
-)
-from pipelines.driver_context import RunWindows, TopicPartitions
-from pipelines.driver_invariants import BrokerRegistry
 from pipelines.great_expectations_check import SuiteValidator, import_in_background
 from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
@@ -128,14 +120,7 @@ class UnionValidator:
 
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
-        self.last_counts = {td.name: LastCounts(lookback_us) for td in self.tables if "previous_count" in td.context}
-        self.last_states = {td.name: LastStates(lookback_us) for td in self.tables if "previous_state" in td.context}
-        reads = DriverReads(self.settings.lakehouse, lookback_us)
-        self.context = DriverContext(RunWindows(reads.reference(RUNS, ("run_id", "batch_id", "start_ts", "end_ts"))),
-                                     TopicPartitions(reads.reference(TOPIC_CONFIGS, ("run_id", "topic", "partitions"))),
-                                     self.last_counts, reads.silver_counts_before,
-                                     BrokerRegistry(reads.reference(RUNS, ("run_id", "broker_ids", "controller_ids"))),
-                                     self.last_states, reads.silver_states_before)
+        self.context = new_driver_context(self.settings.lakehouse, self.tables, lookback_us)
         self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
                              for td in self.tables}
         self.table_stats = {td.name: BatchStats() for td in self.tables}
@@ -204,20 +189,7 @@ class UnionValidator:
         is written yet (`_write`)."""
         collected = batch.toArrow()
         clock.lap("collect")
-        routed = []
-        for td in self.tables:
-            mine = collected.filter(pc.equal(collected.column("_table"), td.name))
-            if mine.num_rows == 0:
-                continue
-            struct = mine.column(table_column(td.name)).combine_chunks()
-            rows = pa.Table.from_arrays([*struct.flatten(), mine.column("ingested_at")],
-                                        names=[*(f.name for f in struct.type), "ingested_at"])
-            if td.name == RUNS.name:
-                self.context.run_windows.fold(rows)
-                self.context.brokers.fold(rows)
-            elif td.name == TOPIC_CONFIGS.name:
-                self.context.topics.fold(rows)
-            routed.append((check_on_driver(td, rows, batch_id, self.context), _max_micros(rows.column("ingested_at"))))
+        routed = check_union_on_driver(collected, self.tables, batch_id, self.context)
         clock.lap("check")
         return routed
 
@@ -297,11 +269,8 @@ class UnionValidator:
 
     def _after(self, done: Sequence[TableCheck | RoutedOnDriver], batch_id: int, duration_ms: int) -> None:
         """Once the batch's rows are in silver: the driver's meter counts and partition states, the stats."""
-        for c in done:  # a replay after a crash reloads them from silver
-            if c.valid_meters is not None:
-                self.last_counts[c.table].fold(c.valid_meters())
-            if c.valid_states is not None:
-                self.last_states[c.table].fold(c.valid_states())
+        fold_checked(self.context, done)  # a replay after a crash reloads them from silver
+        for c in done:
             self.table_stats[c.table].add(batch_id, c.rows_in, c.rows_valid, duration_ms)
         self.stats.add(batch_id, sum(c.rows_in for c in done), sum(c.rows_valid for c in done), duration_ms)
         every = self.settings.validate_.maintain_every_batches
@@ -324,18 +293,16 @@ def _ms_since(began: float) -> int:
     return int((time.monotonic() - began) * 1000)
 
 
-def _max_micros(column: pa.ChunkedArray) -> int:
-    return int(pc.cast(pc.max(column), pa.int64()).as_py())
-
 
 @dataclass
 class RunningValidation:
     query: StreamingQuery
     validator: UnionValidator
+    lane: RunningLane | None = None  # the alert lane's query, when on (jobs/alert_lane.py)
 
     @property
     def queries(self) -> dict[str, StreamingQuery]:
-        return {"validate": self.query}
+        return {"validate": self.query, **({"alert_lane": self.lane.query} if self.lane is not None else {})}
 
     def finish(self) -> None:
         """After the query stopped: the batches still waiting for GE get their dq records."""
@@ -346,12 +313,17 @@ class RunningValidation:
             self.validator.ge_process.close()
         if self.validator.alerts is not None:
             self.validator.alerts.stage.stop()
+        if self.lane is not None:
+            self.lane.finish()
 
 
 def start_validation(spark: SparkSession, settings: PipelineSettings,
                      log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
-                     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None) -> RunningValidation:
-    """Check schemas, then start the streaming query over every configured bronze table."""
+                     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
+                     lane_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
+                     ) -> RunningValidation:
+    """Check schemas, then start the streaming query over every configured bronze table, and the alert lane's when
+    it is on."""
     v = settings.validate_
     # Reference tables first (a stable sort keeps the configured order otherwise).
     configured = [BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)]
@@ -374,6 +346,8 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     if stage is not None:
         validator.alerts = SilverAlerts(spark, settings.lakehouse, stage)
     validator.ge_behind = v.ge_behind and v.trigger == "live"
+    # Before validate's query commits anything: the lane's first start continues from where validate stands.
+    lane = start_alert_lane(spark, settings, checkpoint, [td.name for td in tables], log, lane_steps)
     writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
               .foreachBatch(validator).option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
@@ -387,9 +361,11 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
         validator.behind.start(BRONZE_BY_NAME)
     except BaseException:
         query.stop()
+        if lane is not None:
+            lane.query.stop()
         raise
     validator.started.set()
-    return RunningValidation(query, validator)
+    return RunningValidation(query, validator, lane)
 
 
 def _context_tables(td: TableDef) -> set[str]:

@@ -13,32 +13,53 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from foundation.object_store import is_object_store
 from foundation.settings import PipelineSettings
 from jobs.alert_stage import SILVER, SOURCE_COLUMNS, AlertStage, build_stage, used_tables
 from jobs.delta_tables import is_delta_table
 from jobs.validate_routes import RoutedOnDriver
-from pipelines.alert_config import load_alert_config, split_by_layer
+from pipelines.alert_config import load_alert_config, split_by_layer, split_lane
+from pipelines.alert_rules import AlertConfig
 from schemas.silver import SILVER_TABLES
 
 JOB = "validate_alerts"  # in kill points: ISRWATCH_KILL_AT=validate_alerts:<batch>:after_delivery
 
 
+def lane_on(settings: PipelineSettings) -> bool:
+    """Is the alert lane (jobs/alert_lane.py) evaluating the rules on partition_state and broker_metrics?"""
+    a = settings.alerts
+    return (a.lane and a.silver_rules_in == "validate" and settings.validate_.trigger == "live"
+            and not is_object_store(settings.lakehouse))
+
+
+def rule_split(settings: PipelineSettings) -> tuple[AlertConfig, AlertConfig, AlertConfig]:
+    """(the lane's rules, the other rules on silver tables, the rules on gold tables); the lane's are none when it
+    is off."""
+    origin = settings.alerts.rules or "conf/alerts.yaml"
+    silver, gold = split_by_layer(load_alert_config(settings.alerts.rules), origin)
+    if not lane_on(settings):
+        return replace(silver, rules=()), silver, gold
+    lane, kept = split_lane(silver, origin)
+    return lane, kept, gold
+
+
 def silver_stage(settings: PipelineSettings, log: Callable[[str], None]) -> AlertStage | None:
-    """The stage of the rules on silver tables, or None when the alerts job holds them or there are none."""
+    """The stage of the rules on silver tables the alert lane does not hold, or None when the alerts job holds them
+    or there are none."""
     a = settings.alerts
     if a.silver_rules_in != "validate":
         return None
-    silver, gold = split_by_layer(load_alert_config(a.rules), a.rules or "conf/alerts.yaml")
+    lane, silver, gold = rule_split(settings)
     if not silver.rules:
         return None
-    return build_stage(settings.lakehouse, SILVER, silver, tuple(r.name for r in gold.rules), JOB,
+    return build_stage(settings.lakehouse, SILVER, silver, tuple(r.name for r in (*lane.rules, *gold.rules)), JOB,
                        webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                        maintain_every_batches=a.maintain_every_batches, log=log)
 

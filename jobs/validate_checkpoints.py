@@ -25,7 +25,7 @@ class CheckpointMigrationError(Exception):
     """Raised when an old per-table checkpoint stopped inside a bronze version (nothing is started)."""
 
 
-class _HadoopFiles:
+class HadoopFiles:
     """The checkpoint root through Spark's Hadoop file systems: any URI a checkpoint may live on."""
 
     def __init__(self, spark: SparkSession) -> None:
@@ -72,7 +72,7 @@ def continue_from_per_table_checkpoints(spark: SparkSession, checkpoint_root: st
                                         tables: list[str], log: Callable[[str], None]) -> dict[str, int]:
     """Per table, the bronze version the union query's source starts at (tables without an old checkpoint,
     or once the union query has a checkpoint of its own, are absent)."""
-    files = _HadoopFiles(spark)
+    files = HadoopFiles(spark)
     if files.names(f"{union_checkpoint}/offsets"):
         return {}
     starting = {}

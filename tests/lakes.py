@@ -41,6 +41,14 @@ TABLES = ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", "
 UNCLEAN = "unclean-election-loses-d-and-e-s4"
 
 
+def lose_two_bronze(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """The cluster losing two of its three brokers, 45 s of it in bronze (its faults end 35 s in: the rest leaves
+    their alerts time to resolve)."""
+    lake = tmp_path_factory.mktemp(name) / "lakehouse"
+    Simulation(parse_scenario({**LOSE_TWO, "duration": "45s"}, "<test>"), DeltaSink(str(lake), "lose-two-s3")).run()
+    return lake
+
+
 def build_silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
     lake = str(tmp_path_factory.mktemp("alerts") / "lakehouse")
     for raw, run_id in ((HEALTHY, "healthy-s3"), (LOSE_TWO, "lose-two-s3")):

@@ -6,7 +6,12 @@ import json
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class Receiver:
@@ -62,3 +67,12 @@ class Receiver:
     def delivered(self) -> list[dict[str, Any]]:
         with self.lock:
             return [r for r in self.requests if 200 <= r["status"] < 300]
+
+
+def rules_file(tmp: Path, url: str) -> str:
+    """The shipped rules, delivering critical and warning alerts to `url` (retrying after 50 ms), written in `tmp`."""
+    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
+    raw["receivers"] = [{"name": "test", "url": url, "backoff_initial": "50ms", "severities": ["critical", "warning"]}]
+    path = tmp / "alerts.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)

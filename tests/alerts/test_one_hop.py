@@ -10,27 +10,26 @@ process recovers the same way: tests/pipeline/test_exactly_once.py kills validat
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from broker_emulator.scenario import parse_scenario
-from broker_emulator.simulation import Simulation
 from foundation.batch_appender import BatchAppender
-from foundation.bronze_sink import DeltaSink
 from foundation.delta_io import read_rows
 from foundation.settings import load_settings
 from jobs.validate import start_validation
 from pipelines.alert_config import load_alert_config, split_by_layer
-from pipelines.alert_rules import AlertConfigError, parse_alert_config
+from pipelines.alert_rules import AlertConfig, AlertConfigError, parse_alert_config
 from schemas.bronze import PARTITION_STATE
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from schemas.silver import SILVER_TABLES
-from tests.alerts.receiver import Receiver
+from tests.alerts.receiver import Receiver, rules_file
 from tests.alerts.test_alerts_job import copy_lake, run_in_process
-from tests.lakes import LOSE_TWO, TABLES
+from tests.lakes import TABLES
 from tests.pipeline.test_validate import validate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,23 +47,18 @@ def test_the_shipped_rules_split_by_the_layer_they_read() -> None:
     assert silver.receivers == gold.receivers == config.receivers
 
 
-def test_an_inhibition_across_the_two_layers_is_refused() -> None:
+def shipped_with_inhibition(rule: str, by: str, equal: list[str]) -> AlertConfig:
+    """The shipped rules, `rule` inhibited by `by`, as if read from mine.yaml."""
     raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
-    gold = next(r["name"] for r in raw["rules"] if r["source"] == "posture")
-    silver = next(r for r in raw["rules"] if r["source"] == "partition_state" and r["scope"] == "partition")
-    silver["inhibited_by"] = [{"rule": gold, "equal": ["cluster", "topic"]}]
-    config = parse_alert_config(raw, "mine.yaml", {})
-    with pytest.raises(AlertConfigError, match=f"mine.yaml: rule '{silver['name']}' \\(on a silver table\\) is "
-                                               f"inhibited_by '{gold}' \\(on a gold table\\)"):
+    next(r for r in raw["rules"] if r["name"] == rule)["inhibited_by"] = [{"rule": by, "equal": equal}]
+    return parse_alert_config(raw, "mine.yaml", {})
+
+
+def test_an_inhibition_across_the_two_layers_is_refused() -> None:
+    config = shipped_with_inhibition("UnderMinIsr", "PostureMinIsrOne", ["cluster", "topic"])
+    with pytest.raises(AlertConfigError, match=r"mine\.yaml: rule 'UnderMinIsr' \(on a silver table\) is "
+                                               r"inhibited_by 'PostureMinIsrOne' \(on a gold table\)"):
         split_by_layer(config, "mine.yaml")
-
-
-@pytest.fixture(scope="module")
-def bronze(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    lake = tmp_path_factory.mktemp("one-hop") / "lakehouse"
-    # Its faults end 35 s in; 45 s leaves their alerts time to resolve.
-    Simulation(parse_scenario({**LOSE_TWO, "duration": "45s"}, "<test>"), DeltaSink(str(lake), "lose-two-s3")).run()
-    return lake
 
 
 def _copy(bronze: Path, dst: Path) -> str:
@@ -75,14 +69,6 @@ def _copy(bronze: Path, dst: Path) -> str:
 def _transitions(lake: str) -> list[tuple[Any, ...]]:
     return sorted((e["rule"], e["fingerprint"], e["status"], e["ts"], e["value"])
                   for e in read_rows(ALERT_EVENTS, lake).to_pylist())
-
-
-def _rules_file(tmp: Path, url: str) -> str:
-    raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
-    raw["receivers"] = [{"name": "test", "url": url, "backoff_initial": "50ms", "severities": ["critical", "warning"]}]
-    path = tmp / "alerts.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    return str(path)
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +83,7 @@ def one_hop(bronze: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) 
 def test_validate_evaluates_what_the_alerts_job_would_from_silver(one_hop: str, spark: Any, tmp_path: Path) -> None:
     # The rules in the alerts job, reading the silver validate wrote (the same whichever job evaluates).
     two_hops = copy_lake(one_hop, tmp_path / "two-hops")
-    rules = _rules_file(tmp_path, "http://127.0.0.1:9/unused")
+    rules = rules_file(tmp_path, "http://127.0.0.1:9/unused")
     run_in_process(spark, two_hops, rules, **{"alerts.webhooks": False,
                                               "alerts.max_files_per_trigger": FILES_PER_BATCH})
     expected = [t for t in _transitions(two_hops) if t[0] in SILVER_RULES]
@@ -119,8 +105,22 @@ class Killed(Exception):
     pass
 
 
+@contextmanager
+def failing_after_delivery(job: str, batch: int) -> Iterator[None]:
+    """The stage's micro-batch `batch` fails once its transitions reached the receivers (the webhook lanes finish
+    first) and before anything is recorded, as a crash there would leave it."""
+    def kill(j: str, batch_id: int, point: str) -> None:
+        if (j, batch_id, point) == (job, batch, "after_delivery"):
+            raise Killed(f"killed after delivering batch {batch_id}")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("ISRWATCH_KILL_AT", f"{job}:{batch}:after_delivery")
+        m.setattr("jobs.alert_stage.die_here_if_asked", kill)
+        yield
+
+
 def test_killed_between_delivery_and_commit_validate_loses_no_transition(
-        one_hop: str, bronze: Path, spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        one_hop: str, bronze: Path, spark: Any, tmp_path: Path) -> None:
     """The query killed once a batch's transitions reached the receiver and before gold.alert_events holds them
     (its micro-batch fails there, as a crash would leave it: Spark's checkpoint without the batch, the engine's
     state without it); a new query, as after a restart, replays the batch, commits the same transitions under the
@@ -137,15 +137,8 @@ def test_killed_between_delivery_and_commit_validate_loses_no_transition(
         settings = load_settings(overrides={
             "lakehouse": lake, "validate.tables": list(TABLES), "validate.trigger": "available-now",
             "validate.max_files_per_trigger": FILES_PER_BATCH, "validate.wait_for_tables_seconds": 0,
-            "alerts.rules": _rules_file(tmp_path, receiver.url)})
-
-        def kill(job: str, batch_id: int, point: str) -> None:
-            if (job, batch_id, point) == ("validate_alerts", killed_batch, "after_delivery"):
-                raise Killed(f"killed after delivering batch {batch_id}")
-
-        with monkeypatch.context() as m:
-            m.setenv("ISRWATCH_KILL_AT", f"validate_alerts:{killed_batch}:after_delivery")  # the lanes finish first
-            m.setattr("jobs.alert_stage.die_here_if_asked", kill)
+            "alerts.rules": rules_file(tmp_path, receiver.url)})
+        with failing_after_delivery("validate_alerts", killed_batch):
             first = start_validation(spark, settings, log=lambda _: None)
             with pytest.raises(Exception, match="killed after delivering batch"):
                 first.query.awaitTermination()

@@ -1,0 +1,153 @@
+"""The alert lane: the rules on partition_state and broker_metrics, evaluated by a streaming query of their own.
+
+validate's micro-batch reads seven bronze tables through Spark's Delta source, de-duplicates them in the state
+store and writes silver before the next batch can start: a live batch takes seconds, and a new bronze commit waits
+for the batch in flight. The lane reads only the tables those rules need (with runs and topic_configs, the context
+their checks need) straight from the bronze commit logs (foundation/bronze_log.py), micro-batches back to back:
+
+    bronze commit -> the lane's batch on the driver -> the same checks as validate (jobs/driver_checks.py) -> the
+    engine on the valid rows -> the webhook lanes -> gold.alert_events, gold.alerts, the engine's state
+
+It writes nothing to silver: validate still validates every table, keeps the other rules on silver tables and
+writes silver, quarantine and silver.dq_runs as before. The lane is its own alert stage (`lane`, event ids
+`l<batch>-<seq>`), exactly once as the others: its checkpoint holds which commits each batch read, its writes
+carry its app transaction, and a batch replayed after a crash reads the same commits, recomputes the same
+transitions with the same ids and skips what it committed (jobs/alert_stage.py).
+
+On when `alerts.lane` is set, the rules on silver tables are validate's (`alerts.silver_rules_in: validate`),
+validate runs live, and the lakehouse is local. A first start continues from where validate's query stands, so the
+rules moving from validate to the lane neither miss nor repeat what validate evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
+from foundation.bronze_log import NAME, BronzeLogSource
+from foundation.settings import PipelineSettings, interval_ms
+from jobs.alert_stage import LANE, AlertStage, build_stage
+from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
+from jobs.step_clock import StepClock
+from jobs.streaming import wait_started
+from jobs.validate_alerts import SilverAlerts, lane_on, rule_split
+from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version
+from pipelines.alert_config import LANE_TABLES
+from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES
+from schemas.table import TableDef
+
+JOB = "alert_lane"  # in kill points: ISRWATCH_KILL_AT=alert_lane:<batch>:after_delivery
+BY_NAME = {td.name: td for td in BRONZE_TABLES}
+
+
+@dataclass
+class LaneBatches:
+    """The foreachBatch body: the batch collected, checked per table, evaluated, handed over, recorded."""
+
+    tables: list[TableDef]      # reference tables first: their rows feed the others' context
+    alerts: SilverAlerts
+    lakehouse: str
+    lookback_us: int
+    query_id: str | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+    on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None
+
+    def __post_init__(self) -> None:
+        self.context = new_driver_context(self.lakehouse, self.tables, self.lookback_us)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        wait_started(self, JOB)
+        clock = StepClock()
+        collected = batch.toArrow()
+        if collected.num_rows == 0:
+            return
+        clock.lap("collect")
+        routed = [r for r, _ in check_union_on_driver(collected, self.tables, batch_id, self.context)]
+        clock.lap("check")
+        handed = self.alerts.on_driver(batch_id, routed)
+        clock.lap("alerts handed over")
+        if handed is not None:
+            self.alerts.record(handed)
+            clock.lap("alerts recorded")
+        fold_checked(self.context, routed)
+        if self.on_steps is not None:
+            self.on_steps(batch_id, collected.num_rows, clock.steps)
+
+
+@dataclass
+class RunningLane:
+    query: StreamingQuery
+    batches: LaneBatches
+
+    @property
+    def stage(self) -> AlertStage:
+        return self.batches.alerts.stage
+
+    def finish(self) -> None:
+        """After the query stopped: the webhook lanes emptied and stopped."""
+        self.stage.stop()
+
+
+def lane_tables(settings: PipelineSettings) -> list[TableDef]:
+    """What the lane reads: its rules' tables and the reference tables their checks need, reference first."""
+    names = [*REFERENCE_TABLES, *LANE_TABLES]
+    return [BY_NAME[n] for n in names if n in BY_NAME]
+
+
+def validate_position(spark: SparkSession, checkpoint: str, validate_tables: list[str]) -> dict[str, int]:
+    """Per table, the last bronze version validate's union query has fully read (-1: none), from its last committed
+    offsets: where the lane starts the first time, so the rules it takes over continue where validate left them."""
+    files = HadoopFiles(spark)
+    committed = [int(n) for n in files.names(f"{checkpoint}/commits") if n.isdigit()]
+    if not committed:
+        return {}
+    lines = files.read(f"{checkpoint}/offsets/{max(committed)}").splitlines()
+    position = {}
+    for name, line in zip(validate_tables, lines[2:], strict=False):  # v1, the batch's metadata, one per source
+        try:
+            after = next_version(json.loads(line), checkpoint)
+        except CheckpointMigrationError:  # stopped inside a version: the lane reads all of it again
+            after = int(json.loads(line)["reservoirVersion"])
+        position[name] = -1 if after is None else after - 1
+    return position
+
+
+def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_checkpoint: str,
+                     validate_tables: list[str], log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
+                     ) -> RunningLane | None:
+    """The lane's query, started, or None when the lane is off (`lane_on`) or holds no rule."""
+    if not lane_on(settings):
+        return None
+    a = settings.alerts
+    lane, kept, gold = rule_split(settings)
+    if not lane.rules:
+        return None
+    stage = build_stage(settings.lakehouse, LANE, lane, tuple(r.name for r in (*kept.rules, *gold.rules)), JOB,
+                        webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
+                        maintain_every_batches=a.maintain_every_batches, log=log)
+    tables = lane_tables(settings)
+    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/alert_lane"
+    start = validate_position(spark, validate_checkpoint, validate_tables)
+    lookback_us = interval_ms(settings.validate_.counter_lookback) * 1000
+    batches = LaneBatches(tables, SilverAlerts(spark, settings.lakehouse, stage), settings.lakehouse, lookback_us,
+                          on_steps=on_steps)
+    spark.dataSource.register(BronzeLogSource)
+    source = (spark.readStream.format(NAME).option("lakehouse", settings.lakehouse)
+              .option("tables", ",".join(td.name for td in tables)).option("start", json.dumps(start))
+              .option("max_files", str(settings.validate_.max_files_per_trigger)).load())
+    # ingested_at: the batch's own timestamp (replayed identically), as validate's rows carry it
+    query = (source.withColumn("ingested_at", F.current_timestamp()).writeStream.queryName(JOB)
+             .foreachBatch(batches).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=a.lane_trigger_interval).start())
+    batches.query_id = str(query.id)
+    stage.bind(f"isrwatch-alert-lane/{query.id}")
+    batches.started.set()
+    return RunningLane(query, batches)

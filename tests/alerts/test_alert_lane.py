@@ -1,0 +1,147 @@
+"""The alert lane (jobs/alert_lane.py): the rules on partition_state and broker_metrics in a query of their own over
+the bronze commit logs, beside a live validate.
+
+On a cluster losing two of its three brokers: the lane's transitions are the engine's on the same rows, validate
+keeps only the other rules, and each stage owns its state; its query killed between delivering a
+batch's transitions and recording them, then started again, the lane loses none and sends the killed batch's again
+under the same ids. The lane's source is read directly in tests/test_bronze_log.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from foundation.delta_io import read_rows
+from foundation.settings import load_settings
+from jobs.alert_stage import SOURCE_COLUMNS
+from jobs.validate import RunningValidation, start_validation
+from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
+from pipelines.alert_engine import AlertEngine
+from pipelines.alert_rules import AlertConfigError
+from pipelines.alert_signals import shape_union
+from schemas.bronze import BRONZE_TABLES
+from schemas.gold import ALERT_EVENTS, ALERTS_STATE
+from tests.alerts.receiver import Receiver, rules_file
+from tests.alerts.test_one_hop import failing_after_delivery, shipped_with_inhibition
+
+ROOT = Path(__file__).resolve().parents[2]
+LANE, KEPT = split_lane(split_by_layer(load_alert_config())[0])
+BY_NAME = {td.name: td for td in BRONZE_TABLES}
+FILES_PER_BATCH = 4   # bronze commits per table and micro-batch: batches of fixed bounds over a bronze written before
+
+
+def test_the_shipped_rules_split_between_the_lane_and_validate() -> None:
+    assert {r.name for r in LANE.rules} == {"UnderMinIsr", "AtMinIsr", "SingleCopyAcks", "UnderReplicated",
+                                           "OfflinePartitions", "PartitionOffline", "ActiveControllerCount",
+                                           "UncleanLeaderElection", "ProduceNotEnoughReplicas", "BrokerNotReporting"}
+    assert {r.name for r in KEPT.rules} == {"IsrThrash", "AckedRecordsLost"}
+
+
+def test_an_inhibition_across_the_lane_and_validate_is_refused() -> None:
+    silver = split_by_layer(shipped_with_inhibition("IsrThrash", "UnderMinIsr", ["cluster", "topic", "partition"]))[0]
+    with pytest.raises(AlertConfigError, match=r"mine\.yaml: rule 'IsrThrash' is inhibited_by 'UnderMinIsr', but "
+                                               r"only one of them reads partition_state or broker_metrics"):
+        split_lane(silver, "mine.yaml")
+
+
+def _start(spark: Any, lake: str, rules: str | None) -> RunningValidation:
+    settings = load_settings(overrides={
+        # validate beside it on one small table: the lane reads its own (every bronze row here is valid)
+        "lakehouse": lake, "validate.tables": ["runs"], "validate.trigger": "live",
+        "validate.trigger_interval": "0 seconds", "validate.max_files_per_trigger": FILES_PER_BATCH,
+        "validate.wait_for_tables_seconds": 0, "validate.ge_behind": False,  # GE in the batch: no child process
+        "alerts.lane": True, "alerts.rules": rules,
+        "alerts.webhooks": rules is not None})
+    return start_validation(spark, settings, log=lambda _: None)
+
+
+def _drain(running: RunningValidation) -> None:
+    """Both queries through every bronze commit (then idle: stopped between micro-batches)."""
+    assert running.lane is not None
+    for q in (running.lane.query, running.query):
+        q.processAllAvailable()
+    for q in (running.lane.query, running.query):
+        q.stop()
+        assert q.exception() is None, q.exception()
+    running.finish()
+
+
+def _events(lake: str) -> list[dict[str, Any]]:
+    return read_rows(ALERT_EVENTS, lake).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def laned(bronze: Path, spark: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """validate live with the lane, through the whole bronze."""
+    lake = str(tmp_path_factory.mktemp("laned") / "lakehouse")
+    shutil.copytree(bronze, lake)
+    _drain(_start(spark, lake, None))
+    return lake
+
+
+def test_the_lane_gives_the_engines_transitions_on_the_bronze_rows(laned: str) -> None:
+    """Every row of this bronze passes validation (tests/pipeline/test_validate.py): the lane's transitions, over
+    micro-batches, are the engine's over all of them at once."""
+    frames = [read_rows(BY_NAME[t], laned).to_pandas()[["run_id", "ts", *SOURCE_COLUMNS[t]]].assign(_source=t)
+              for t in LANE_TABLES]
+    rows = pd.concat(frames, ignore_index=True).sort_values(["ts", "_source"], kind="stable", ignore_index=True)
+    expected = sorted((t.rule, t.fingerprint, t.status, t.ts_ms, t.value)
+                      for t in AlertEngine(LANE).step(shape_union(rows)))
+    events = _events(laned)
+    lane = [e for e in events if e["event_id"].startswith("l")]
+    got = sorted((e["rule"], e["fingerprint"], e["status"], int(e["ts"].timestamp() * 1000), e["value"]) for e in lane)
+    assert {t[0] for t in got if t[2] == "firing"} >= {"UnderMinIsr", "AtMinIsr", "UnderReplicated"}
+    assert got == expected
+    assert all(e["event_id"] == f"l{e['eval_batch_id']}-{e['seq']}" for e in lane)
+    # validate kept only the other rules; each stage's state is its own
+    assert {e["rule"] for e in events if not e["event_id"].startswith("l")} <= {r.name for r in KEPT.rules}
+    state = read_rows(ALERTS_STATE, laned).to_pylist()
+    assert {r["key"].split("/", 1)[0] for r in state if r["kind"] == "alert" and r["engine"] == "lane"} == {
+        t[0] for t in got}
+    assert {r["engine"] for r in state if r["kind"] in ("last_hw", "last_seen")} == {"lane"}
+
+
+def test_killed_between_delivery_and_record_the_lane_loses_no_transition(
+        laned: str, bronze: Path, spark: Any, tmp_path: Path) -> None:
+    """The lane's micro-batch fails once its transitions reached the receiver and before gold.alert_events holds
+    them (as a crash leaves it: Spark's checkpoint and the engine's state without the batch); started again, the
+    lane replays the batch from the same commits, records the same transitions under the same ids and sends them
+    again under the same delivery ids; every routed transition reached the receiver."""
+    reference = [e for e in _events(laned) if e["event_id"].startswith("l")]
+    routed = [e for e in reference if e["status"] in ("firing", "resolved") and e["severity"] in ("critical",
+                                                                                                   "warning")]
+    killed_batch = min(e["eval_batch_id"] for e in routed)
+    in_batch = {f"{e['event_id']}@test" for e in routed if e["eval_batch_id"] == killed_batch}
+    lake = str(tmp_path / "killed")
+    shutil.copytree(bronze, lake)
+    receiver = Receiver().start()
+    try:
+        rules = rules_file(tmp_path, receiver.url)
+        with failing_after_delivery("alert_lane", killed_batch):
+            first = _start(spark, lake, rules)
+            assert first.lane is not None
+            with pytest.raises(Exception, match="killed after delivering batch"):
+                first.lane.query.awaitTermination()
+            first.query.stop()
+            first.finish()
+        assert in_batch <= {r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()}   # delivered ...
+        assert not [e for e in _events(lake) if e["eval_batch_id"] == killed_batch
+                    and e["event_id"].startswith("l")]                                      # ... not recorded
+        _drain(_start(spark, lake, rules))
+    finally:
+        receiver.stop()
+
+    def key(e: dict[str, Any]) -> tuple[Any, ...]:
+        return (e["event_id"], e["rule"], e["fingerprint"], e["status"], e["ts"])
+
+    got = [e for e in _events(lake) if e["event_id"].startswith("l")]
+    assert sorted(map(key, got)) == sorted(map(key, reference))   # each transition once, under the same id
+    ids = [r["json"]["isrwatchDeliveryId"] for r in receiver.delivered() if r["json"]["isrwatchDeliveryId"][0] == "l"]
+    assert set(ids) == {f"{e['event_id']}@test" for e in routed}   # none lost
+    twice = {i for i in ids if ids.count(i) > 1}
+    assert twice and twice <= in_batch   # the killed batch's, sent again under the same ids
