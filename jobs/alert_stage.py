@@ -224,10 +224,12 @@ class AlertStage:
 
     def record(self, batch_id: int, events: list[dict[str, Any]], rows_in: int, began: float,
                on_executors: bool = False) -> None:
-        """gold.alert_events, gold.alerts and the engine's state, each once per batch (the state last)."""
+        """gold.alert_events (a batch with transitions), gold.alerts and the engine's state, each once per batch (the
+        state last)."""
         lake = self.lakehouse
-        self.versions.write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema),
-                                 batch_id)
+        if events:  # a quiet batch commits nothing here: whether a batch is recorded is the state's to say
+            self.versions.write_once(ALERT_EVENTS, lake,
+                                     pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema), batch_id)
         die_here_if_asked(self.job, batch_id, "after_events")
         alerts = pa.Table.from_pylist(alert_rows(self.engine, batch_id), schema=ALERTS.arrow_schema)
         self._overwrite(ALERTS, alerts, batch_id, self._rules_predicate())
