@@ -142,12 +142,15 @@ def stop_between_batches(query: StreamingQuery, timeout_s: float = 300.0) -> Non
     """Stop `query` once the micro-batch it is running, if any, has finished (up to `timeout_s`; a second
     interrupt stops it at once). A batch stopped midway is replayed at the next start, its writes skipped
     where they were committed (exactly once either way); letting it finish saves the replay. A query behind
-    starts its next batch at once: stopping it within a poll of that start interrupts it before it writes."""
+    starts its next batch at once: stopping it within a poll of that start interrupts it before it writes. An idle
+    query's trigger is active only while it looks for new data (every 10 ms at a 0-second trigger): no batch
+    follows, so it is stopped once that look ends."""
     deadline = time.monotonic() + timeout_s
     try:
         if query.isActive and query.status["isTriggerActive"]:
             running_after = _last_batch(query)
-            while query.isActive and _last_batch(query) == running_after and time.monotonic() < deadline:
+            while (query.isActive and query.status["isTriggerActive"] and _last_batch(query) == running_after
+                   and time.monotonic() < deadline):
                 time.sleep(0.02)
     except KeyboardInterrupt:
         pass
