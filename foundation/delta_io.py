@@ -55,11 +55,13 @@ class AppVersions:
     Only the process that owns an app id (it holds the streaming query's id) writes with it, so after the
     first look-up the driver knows the version without opening the table again: opening replays the log
     since the last checkpoint, which a table overwritten every micro-batch makes long (up to
-    `maintain_every_batches` commits).
+    `maintain_every_batches` commits). For the same reason each table stays open between writes and is only
+    brought up to date (`update_incremental`: the commits since, other writers' too) before the next one.
     """
 
     app_id: str
     known: dict[str, int] = field(default_factory=dict)  # table path -> last version committed
+    opened: dict[str, DeltaTable] = field(default_factory=dict)  # table path -> the table, at its last write
 
     def committed(self, td: TableDef, lakehouse: str) -> int:
         path = td.path(lakehouse)
@@ -73,10 +75,18 @@ class AppVersions:
         if self.committed(td, lakehouse) >= version:
             return False
         extra: dict[str, Any] = {} if predicate is None else {"predicate": predicate}
-        write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode,
+        path = td.path(lakehouse)
+        table = self.opened.get(path)
+        if table is None:
+            table = open_table(td, lakehouse)
+        else:
+            table.update_incremental()
+        write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode, table=table,
                             commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, version)]),
                             **extra)
-        self.known[td.path(lakehouse)] = version
+        if table is not None:
+            self.opened[path] = table
+        self.known[path] = version
         return True
 
 
