@@ -1,14 +1,15 @@
 """Alert latency side by side: isrwatch against Prometheus + Alertmanager, fed by the same bronze commits.
 
     make bench-alert-latency        # once: Debian's prometheus and prometheus-alertmanager, then this
-    .venv/bin/python bench/alert_latency.py [--runs 4] [--duration 3m]
+    .venv/bin/python bench/alert_latency.py [--runs 4] [--duration 3m] [--no-lane] [--validate-trigger '10 seconds']
 
 ONE live run. The emulator writes `--runs` runs of the default scenario at live pace into one lakehouse, one
 after the other (a new cluster each, seeds 1, 2, …). Two systems watch the same bronze tables:
 - isrwatch: `isrwatch pipeline run --jobs validate,alerts` with the shipped settings and rules (UnderReplicated
-  without its `for`), delivering to a webhook receiver in this process. With the shipped
-  `alerts.silver_rules_in: validate` the four rules here are validate's: one streaming query from the bronze
-  commit to the POST;
+  without its `for`), delivering to a webhook receiver in this process, and with the alert lane on
+  (`alerts.lane: true`; `--no-lane`: off): the four rules here are the lane's, one streaming query over the bronze
+  commit logs from the commit to the POST (without the lane, validate's). `--validate-trigger` sets validate's
+  trigger interval for the run;
 - the peer: an exporter in this process tails the bronze Delta logs every 50 ms (each new commit's files read
   with pyarrow) and serves the newest partition states and broker gauges; Prometheus 2.42 scrapes it and
   evaluates equivalent rules every second (no `for`), Alertmanager 0.25 (`group_wait: 0s`, one group per alert)
