@@ -32,6 +32,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.bronze_log import NAME, BronzeLogSource
+from foundation.delta_io import open_table
 from foundation.settings import PipelineSettings, interval_ms
 from jobs.alert_stage import LANE, AlertStage, build_stage
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
@@ -95,32 +96,41 @@ class RunningLane:
         self.stage.stop()
 
 
-def lane_tables(settings: PipelineSettings) -> list[TableDef]:
+def lane_tables() -> list[TableDef]:
     """What the lane reads: its rules' tables and the reference tables their checks need, reference first."""
-    names = [*REFERENCE_TABLES, *LANE_TABLES]
-    return [BY_NAME[n] for n in names if n in BY_NAME]
+    return [BY_NAME[n] for n in (*REFERENCE_TABLES, *LANE_TABLES) if n in BY_NAME]
 
 
-def validate_position(spark: SparkSession, checkpoint: str, validate_tables: list[str]) -> dict[str, int]:
-    """Per table, the last bronze version validate's union query has fully read (-1: none), from its last committed
-    offsets: where the lane starts the first time, so the rules it takes over continue where validate left them."""
+def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tables: list[TableDef]) -> dict[str, int]:
+    """Per table of `tables`, the last bronze version validate's union query has fully read (absent: none), from its
+    last committed offsets: where the lane starts the first time, so the rules it takes over continue where validate
+    left them. A Delta source's offset names its table by id (`reservoirId`), which is how they are told apart."""
     files = HadoopFiles(spark)
     committed = [int(n) for n in files.names(f"{checkpoint}/commits") if n.isdigit()]
     if not committed:
         return {}
-    lines = files.read(f"{checkpoint}/offsets/{max(committed)}").splitlines()
+    ids = {}
+    for td in tables:
+        table = open_table(td, lakehouse)
+        if table is not None:
+            ids[table.metadata().id] = td.name
     position = {}
-    for name, line in zip(validate_tables, lines[2:], strict=False):  # v1, the batch's metadata, one per source
+    for line in files.read(f"{checkpoint}/offsets/{max(committed)}").splitlines()[2:]:  # v1, metadata, one a source
+        offset = json.loads(line)
+        name = ids.get(offset.get("reservoirId"))
+        if name is None:
+            continue
         try:
-            after = next_version(json.loads(line), checkpoint)
+            after = next_version(offset, checkpoint)
         except CheckpointMigrationError:  # stopped inside a version: the lane reads all of it again
-            after = int(json.loads(line)["reservoirVersion"])
-        position[name] = -1 if after is None else after - 1
+            after = int(offset["reservoirVersion"])
+        if after is not None:
+            position[name] = after - 1
     return position
 
 
 def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_checkpoint: str,
-                     validate_tables: list[str], log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
                      on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningLane | None:
     """The lane's query, started, or None when the lane is off (`lane_on`) or holds no rule."""
@@ -133,9 +143,9 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
     stage = build_stage(settings.lakehouse, LANE, lane, tuple(r.name for r in (*kept.rules, *gold.rules)), JOB,
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)
-    tables = lane_tables(settings)
+    tables = lane_tables()
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/alert_lane"
-    start = validate_position(spark, validate_checkpoint, validate_tables)
+    start = validate_position(spark, validate_checkpoint, settings.lakehouse, tables)
     lookback_us = interval_ms(settings.validate_.counter_lookback) * 1000
     batches = LaneBatches(tables, SilverAlerts(spark, settings.lakehouse, stage), settings.lakehouse, lookback_us,
                           on_steps=on_steps)

@@ -347,7 +347,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
         validator.alerts = SilverAlerts(spark, settings.lakehouse, stage)
     validator.ge_behind = v.ge_behind and v.trigger == "live"
     # Before validate's query commits anything: the lane's first start continues from where validate stands.
-    lane = start_alert_lane(spark, settings, checkpoint, [td.name for td in tables], log, lane_steps)
+    lane = start_alert_lane(spark, settings, checkpoint, log, lane_steps)
     writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
               .foreachBatch(validator).option("checkpointLocation", checkpoint))
     writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"

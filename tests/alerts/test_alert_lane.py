@@ -9,6 +9,7 @@ under the same ids. The lane's source is read directly in tests/test_bronze_log.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from foundation.delta_io import read_rows
+from foundation.delta_io import open_table, read_rows
 from foundation.settings import load_settings
+from jobs.alert_lane import lane_tables, validate_position
 from jobs.alert_stage import SOURCE_COLUMNS
 from jobs.validate import RunningValidation, start_validation
+from jobs.validate_checkpoints import END_INDEX
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfigError
@@ -47,6 +50,31 @@ def test_an_inhibition_across_the_lane_and_validate_is_refused() -> None:
     with pytest.raises(AlertConfigError, match=r"mine\.yaml: rule 'IsrThrash' is inhibited_by 'UnderMinIsr', but "
                                                r"only one of them reads partition_state or broker_metrics"):
         split_lane(silver, "mine.yaml")
+
+
+def test_the_lanes_first_start_continues_from_validates_last_committed_offsets(bronze: Path, spark: Any,
+                                                                                tmp_path: Path) -> None:
+    """validate's checkpoint names each Delta source's table by id: the lane starts after the last version validate
+    read whole (inside a version: before it), for its own tables only, from the last committed batch."""
+    ids = {t: open_table(BY_NAME[t], str(bronze)).metadata().id for t in LANE_TABLES}  # type: ignore[union-attr]
+
+    def offset(table_id: str, version: int, index: int) -> str:
+        return json.dumps({"sourceVersion": 1, "reservoirId": table_id, "reservoirVersion": version, "index": index,
+                           "isStartingVersion": False})
+
+    checkpoint = tmp_path / "validate"
+    (checkpoint / "commits").mkdir(parents=True)
+    (checkpoint / "offsets").mkdir()
+    (checkpoint / "commits" / "3").write_text("v1\n{}")
+    header = ["v1", json.dumps({"batchWatermarkMs": 0, "batchTimestampMs": 0, "conf": {}})]
+    (checkpoint / "offsets" / "3").write_text("\n".join([
+        *header, offset("a-table-the-lane-does-not-read", 9, END_INDEX),
+        offset(ids["broker_metrics"], 7, END_INDEX), offset(ids["partition_state"], 5, 2)]))
+    (checkpoint / "offsets" / "4").write_text("\n".join([  # a batch not committed yet
+        *header, offset(ids["broker_metrics"], 30, END_INDEX), offset(ids["partition_state"], 30, END_INDEX)]))
+    assert validate_position(spark, str(checkpoint), str(bronze), lane_tables()) == {
+        "broker_metrics": 7, "partition_state": 4}
+    assert validate_position(spark, str(tmp_path / "none"), str(bronze), lane_tables()) == {}
 
 
 def _start(spark: Any, lake: str, rules: str | None) -> RunningValidation:
