@@ -18,7 +18,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.delta_log import added_files, new_commits
+from bench.delta_log import new_commits
+from foundation.bronze_log import added_paths
 
 TAIL_EVERY_S = 0.05
 
@@ -62,7 +63,7 @@ class BronzeTail:
             path = f"{self.lake}/bronze/{name}"
             for version, adds in new_commits(path, self.versions.get(name, -1)):
                 seen = time.monotonic()
-                rows = pa.concat_tables([pq.read_table(f) for f in added_files(path, adds)]).to_pylist() if adds else []
+                rows = pa.concat_tables([pq.read_table(f) for f in added_paths(path, adds)]).to_pylist() if adds else []
                 if name != "runs":
                     rows.sort(key=lambda r: r["ts"])
                 with self.lock:

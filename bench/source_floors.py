@@ -35,7 +35,8 @@ from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from bench.delta_log import added_files, new_commits
+from bench.delta_log import new_commits
+from foundation.bronze_log import added_paths
 from foundation.settings import load_settings
 from foundation.spark import build_spark_session
 from jobs.validate_source import bronze_rows
@@ -85,7 +86,7 @@ class Committed:
             table = f"{self.lake}/bronze/{td.name}"
             for version, adds in new_commits(table, self.versions.get(td.name, -1)):
                 when = os.stat(f"{table}/_delta_log/{version:020d}.json").st_mtime
-                self.at.update(dict.fromkeys(added_files(table, adds), when))
+                self.at.update(dict.fromkeys(added_paths(table, adds), when))
                 self.versions[td.name] = version
 
 

@@ -27,11 +27,10 @@ from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from schemas.bronze import BRONZE_TABLES
+from schemas.bronze import BRONZE_BY_NAME
 from schemas.table import TableDef
 
 NAME = "isrwatch_bronze_log"
-BY_NAME = {td.name: td for td in BRONZE_TABLES}
 
 
 class LogGapError(Exception):
@@ -57,11 +56,20 @@ def log_versions(table_path: str) -> list[int]:
     return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
 
 
+def data_adds(table_path: str, version: int) -> list[dict[str, Any]]:
+    """The `add` actions of commit `version` that carry new data (not compaction's), in the commit's order."""
+    with open(os.path.join(table_path, "_delta_log", f"{version:020d}.json")) as commit:
+        return [a for line in commit if (a := json.loads(line).get("add")) and a.get("dataChange", True)]
+
+
+def added_paths(table_path: str, adds: list[dict[str, Any]]) -> list[str]:
+    """The local paths of the files `adds` added (their `path` is relative to the table and URL-encoded)."""
+    return [os.path.join(table_path, unquote(a["path"])) for a in adds]
+
+
 def data_files(table_path: str, version: int) -> list[str]:
     """The Parquet files commit `version` added with new data, in the commit's order."""
-    with open(os.path.join(table_path, "_delta_log", f"{version:020d}.json")) as commit:
-        adds = [a for line in commit if (a := json.loads(line).get("add")) and a.get("dataChange", True)]
-    return [os.path.join(table_path, unquote(a["path"])) for a in adds]
+    return added_paths(table_path, data_adds(table_path, version))
 
 
 class BronzeLogReader(SimpleDataSourceStreamReader):
@@ -129,10 +137,10 @@ class BronzeLogSource(DataSource):
 
     def _tables(self) -> list[TableDef]:
         names = [n for n in str(self.options.get("tables", "")).split(",") if n]
-        unknown = [n for n in names if n not in BY_NAME]
+        unknown = [n for n in names if n not in BRONZE_BY_NAME]
         if not names or unknown:
             raise ValueError(f"{NAME}: option 'tables' must name bronze tables, got {names} (unknown: {unknown})")
-        return [BY_NAME[n] for n in names]
+        return [BRONZE_BY_NAME[n] for n in names]
 
     def schema(self) -> StructType:
         return from_arrow_schema(union_schema(self._tables()))

@@ -41,11 +41,10 @@ from jobs.streaming import wait_started
 from jobs.validate_alerts import SilverAlerts, lane_on, rule_split
 from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version
 from pipelines.alert_config import LANE_TABLES
-from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES
+from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
 from schemas.table import TableDef
 
 JOB = "alert_lane"  # in kill points: ISRWATCH_KILL_AT=alert_lane:<batch>:after_delivery
-BY_NAME = {td.name: td for td in BRONZE_TABLES}
 
 
 @dataclass
@@ -98,7 +97,7 @@ class RunningLane:
 
 def lane_tables() -> list[TableDef]:
     """What the lane reads: its rules' tables and the reference tables their checks need, reference first."""
-    return [BY_NAME[n] for n in (*REFERENCE_TABLES, *LANE_TABLES) if n in BY_NAME]
+    return [BRONZE_BY_NAME[n] for n in (*REFERENCE_TABLES, *LANE_TABLES) if n in BRONZE_BY_NAME]
 
 
 def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tables: list[TableDef]) -> dict[str, int]:

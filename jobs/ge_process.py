@@ -13,7 +13,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pyarrow as pa
 
 from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
-from schemas.bronze import BRONZE_TABLES
+from schemas.bronze import BRONZE_BY_NAME
 
 _validator: SuiteValidator | None = None
 
@@ -26,10 +26,9 @@ def _suite_validator() -> SuiteValidator:
 
 
 def _outcomes(tables: dict[str, pa.Table]) -> dict[str, GeOutcome]:
-    by_name = {td.name: td for td in BRONZE_TABLES}
     try:
         ge = _suite_validator()
-        return {name: ge.validate_frame(by_name[name], arrow_to_ge_frame(rows)) for name, rows in tables.items()}
+        return {name: ge.validate_frame(BRONZE_BY_NAME[name], arrow_to_ge_frame(rows)) for name, rows in tables.items()}
     except Exception as e:  # as text: some exceptions (pyspark's) cannot be unpickled in the parent
         raise RuntimeError(f"{type(e).__name__}: {e}") from None
 

@@ -68,11 +68,9 @@ from jobs.validate_routes import (
 from jobs.validate_source import bronze_union, table_column
 from pipelines.alert_rules import AlertConfigError
 from pipelines.great_expectations_check import SuiteValidator, import_in_background
-from schemas.bronze import BRONZE_TABLES, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
+from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
-
-BRONZE_BY_NAME = {td.name: td for td in BRONZE_TABLES}
 
 
 @dataclass
