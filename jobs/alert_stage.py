@@ -12,7 +12,7 @@ stages run the same engine (pipelines/alert_engine.py) and share the gold tables
   predicate is "no other stage's rule", so the rows of a rule removed from the file go with it.
 - gold.alerts_engine_state: each stage overwrites only its rows (`engine`). At its start a stage takes the rows of
   its rules (and, reading partition_state or broker_metrics, the signals) from whichever stage held them; rows
-  written before the column existed are given their stage once (`claim_state`).
+  written before the column existed are given their stage once (`claim_state`, one call for a job's stages).
 
 Exactly once, as before: the three writes carry the app transaction (`app_id`, batch id), the state is written
 last, and a batch whose state is already committed is skipped (`applied`). Transitions go to the dispatcher
@@ -116,26 +116,42 @@ def _sql_list(names: list[str]) -> str:
     return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
 
 
-def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], name: str | None = None,
-                mine: frozenset[str] | set[str] = frozenset(), signals: bool = False) -> None:
-    """In one commit, when anything changes:
+@dataclass(frozen=True)
+class Claim:
+    """A stage about to start, and what it holds: its rules, and the signals when its rules read partition_state or
+    broker_metrics."""
+
+    stage: str
+    rules: frozenset[str]
+    signals: bool
+
+
+def claim_of(stage: str, config: AlertConfig) -> Claim:
+    return Claim(stage, frozenset(r.name for r in config.rules),
+                 any(SOURCES[r.source].table in SIGNAL_TABLES for r in config.rules))
+
+
+def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], claims: list[Claim]) -> None:
+    """In one read and, when anything changes, one commit, for every stage of a job about to start:
     - each gold.alerts_engine_state row written before its `engine` column gets its stage: an alert's or window's by
       its rule's layer, the brokers' last reports and the partitions' last HWs (silver signals) to the silver stage,
       unless no rule is on silver;
-    - stage `name` takes the rows of its rules (`mine`) and, with `signals` (its rules read partition_state or
-      broker_metrics), the signals, from whichever stage held them: a rule moved between validate and the alert
-      lane keeps its alerts."""
+    - each claiming stage takes the rows of its rules and, with `signals`, the signals, from whichever stage held
+      them: a rule moved between validate and the alert lane keeps its alerts. A later claim wins a row two claim.
+    With only the lane claiming, rows without a stage are left as they are: the lane knows only its own rules."""
     table = open_table(ALERTS_STATE, lake)
     if table is None:
         return
     rows = table.to_pyarrow_table().to_pylist()
     stray = SILVER if silver_rules or not gold_rules else GOLD
+    lane_only = all(c.stage == LANE for c in claims)
 
     def owner(r: dict[str, Any]) -> str | None:
         rule = r["key"].split("/", 1)[0] if r["kind"] in ("alert", "window", "window_evaluated") else None
-        if name is not None and (rule in mine if rule is not None else signals):
-            return name
-        if r["engine"] is not None or name == LANE:  # the lane knows only its own rules
+        for c in reversed(claims):
+            if rule in c.rules if rule is not None else c.signals:
+                return c.stage
+        if r["engine"] is not None or (claims and lane_only):
             return r["engine"]
         return GOLD if rule in gold_rules else SILVER if rule in silver_rules else stray
 
@@ -290,13 +306,10 @@ class AlertStage:
 def build_stage(lake: str, name: str, config: AlertConfig, others: tuple[str, ...], job: str, *,
                 webhooks: bool, driver_max_rows: int, maintain_every_batches: int,
                 log: Callable[[str], None]) -> AlertStage:
-    """Its tables made, the state claimed and loaded, its dispatcher started (recovering its own events)."""
+    """Its tables made, its state loaded, its dispatcher started (recovering its own events). The caller has claimed
+    the state (`claim_state`) for every stage it starts."""
     for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
         ensure_table(td, lake)
-    mine = {r.name for r in config.rules}
-    signals = any(SOURCES[r.source].table in SIGNAL_TABLES for r in config.rules)
-    claim_state(lake, mine if name != GOLD else set(others), mine if name == GOLD else set(others), name, mine,
-                signals)
     engine = AlertEngine(config, load_state(lake, name))
     dispatcher = None
     if webhooks and config.receivers:

@@ -39,7 +39,17 @@ from pyspark.sql.streaming import StreamingQuery
 from foundation.delta_io import AppVersions, ensure_table
 from foundation.settings import PipelineSettings, SettingsError
 from jobs import driver_signals
-from jobs.alert_stage import GOLD, SOURCE_COLUMNS, SOURCE_TABLES, AlertStage, AlertStats, build_stage, used_tables
+from jobs.alert_stage import (
+    GOLD,
+    SOURCE_COLUMNS,
+    SOURCE_TABLES,
+    AlertStage,
+    AlertStats,
+    build_stage,
+    claim_of,
+    claim_state,
+    used_tables,
+)
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
@@ -117,6 +127,7 @@ def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertC
     for layer, t in used:
         if layer == "gold":
             ensure_table(SOURCE_TABLES[(layer, t)], lake)
+    claim_state(lake, {r.name for r in others.rules}, {r.name for r in mine.rules}, [claim_of(GOLD, mine)])
     stage = build_stage(lake, GOLD, mine, tuple(r.name for r in others.rules), "alerts",
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)

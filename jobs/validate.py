@@ -53,7 +53,7 @@ from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_c
 from jobs.ge_process import GeProcess
 from jobs.step_clock import StepClock
 from jobs.streaming import await_query, die_here_if_asked, wait_started
-from jobs.validate_alerts import SilverAlerts, silver_stage
+from jobs.validate_alerts import SilverAlerts, claim_stages, silver_stage
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
@@ -340,6 +340,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                                                    [td.name for td in tables], log)
     validator = UnionValidator(spark, settings, tables, log=log, on_steps=on_steps)
     validator.behind = DqBehind(Spool(f"{checkpoint}/dq_pending"), validator.check_and_commit)
+    claim_stages(settings)
     stage = silver_stage(settings, log)
     if stage is not None:
         validator.alerts = SilverAlerts(spark, settings.lakehouse, stage)

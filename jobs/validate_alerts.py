@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 
 from foundation.object_store import is_object_store
 from foundation.settings import PipelineSettings
-from jobs.alert_stage import SILVER, SOURCE_COLUMNS, AlertStage, build_stage, used_tables
+from jobs.alert_stage import LANE, SILVER, SOURCE_COLUMNS, AlertStage, build_stage, claim_of, claim_state, used_tables
 from jobs.delta_tables import is_delta_table
 from jobs.validate_routes import RoutedOnDriver
 from pipelines.alert_config import load_alert_config, split_by_layer, split_lane
@@ -48,6 +48,18 @@ def rule_split(settings: PipelineSettings) -> tuple[AlertConfig, AlertConfig, Al
         return replace(silver, rules=()), silver, gold
     lane, kept = split_lane(silver, origin)
     return lane, kept, gold
+
+
+def claim_stages(settings: PipelineSettings) -> None:
+    """The engine's state for validate's two stages (the silver stage's rules and the lane's), claimed in one read
+    before either is built."""
+    if settings.alerts.silver_rules_in != "validate":
+        return
+    lane, silver, gold = rule_split(settings)
+    claims = [claim_of(stage, config) for stage, config in ((SILVER, silver), (LANE, lane)) if config.rules]
+    if claims:
+        claim_state(settings.lakehouse, {r.name for r in (*silver.rules, *lane.rules)}, {r.name for r in gold.rules},
+                    claims)
 
 
 def silver_stage(settings: PipelineSettings, log: Callable[[str], None]) -> AlertStage | None:

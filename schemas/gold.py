@@ -64,7 +64,8 @@ _schema, _docs = columns(
     ("key", pa.string(), False, "rule/fingerprint or cluster/broker_id"),
     ("state", pa.string(), False, "JSON"),
     ("batch_id", pa.int64(), False, "the micro-batch (of its engine's job) this state is the result of"),
-    ("engine", pa.string(), True, "silver (validate evaluates the rules on silver tables) or gold (the alerts job)"),
+    ("engine", pa.string(), True, "the stage holding it: silver (validate), lane (the alert lane) or gold (the "
+     "alerts job)"),
 )
 ALERTS_STATE = TableDef(
     "gold", "alerts_engine_state", _schema, ("kind", "key"),

@@ -15,26 +15,28 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 import pytest
 
+from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import open_table, read_rows
 from foundation.settings import load_settings
 from jobs.alert_lane import lane_tables, validate_position
 from jobs.alert_stage import SOURCE_COLUMNS
 from jobs.validate import RunningValidation, start_validation
+from jobs.validate_alerts import claim_stages
 from jobs.validate_checkpoints import END_INDEX
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfigError
 from pipelines.alert_signals import shape_union
-from schemas.bronze import BRONZE_TABLES
+from schemas.bronze import BRONZE_BY_NAME
 from schemas.gold import ALERT_EVENTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver, rules_file
 from tests.alerts.test_one_hop import failing_after_delivery, shipped_with_inhibition
 
 ROOT = Path(__file__).resolve().parents[2]
 LANE, KEPT = split_lane(split_by_layer(load_alert_config())[0])
-BY_NAME = {td.name: td for td in BRONZE_TABLES}
 FILES_PER_BATCH = 4   # bronze commits per table and micro-batch: batches of fixed bounds over a bronze written before
 
 
@@ -52,11 +54,45 @@ def test_an_inhibition_across_the_lane_and_validate_is_refused() -> None:
         split_lane(silver, "mine.yaml")
 
 
+def test_one_claim_moves_each_rules_state_and_the_signals_to_the_stage_now_holding_them(tmp_path: Path) -> None:
+    """validate's stages claim gold.alerts_engine_state together, in one commit: the lane's rules' alerts and the
+    signals leave the silver stage, IsrThrash's stay, the gold stage's are untouched, and a row written before the
+    `engine` column goes to its rule's layer."""
+    lake = str(tmp_path / "lake")
+    row = {"state": "{}", "batch_id": 7}
+    before = [{**row, "kind": "alert", "key": "UnderMinIsr/f1", "engine": "silver"},
+              {**row, "kind": "alert", "key": "IsrThrash/f2", "engine": "silver"},
+              {**row, "kind": "window", "key": "IsrThrash/f3", "engine": None},
+              {**row, "kind": "alert", "key": "UnderReplicated/f4", "engine": None},
+              {**row, "kind": "alert", "key": "PostureMinIsrOne/f5", "engine": "gold"},
+              {**row, "kind": "last_hw", "key": "c1", "engine": "silver"},
+              {**row, "kind": "last_seen", "key": "c1/1", "engine": None}]
+    write_with_checksum(ALERTS_STATE.path(lake), pa.Table.from_pylist(before, schema=ALERTS_STATE.arrow_schema),
+                        mode="overwrite")
+    table = open_table(ALERTS_STATE, lake)
+    assert table is not None
+    version = table.version()
+    on = load_settings(overrides={"lakehouse": lake, "alerts.lane": True, "validate.trigger": "live"})
+    claim_stages(on)
+    after = {r["key"]: r["engine"] for r in read_rows(ALERTS_STATE, lake).to_pylist()}
+    assert after == {"UnderMinIsr/f1": "lane", "IsrThrash/f2": "silver", "IsrThrash/f3": "silver",
+                     "UnderReplicated/f4": "lane", "PostureMinIsrOne/f5": "gold", "c1": "lane", "c1/1": "lane"}
+    table.update_incremental()
+    assert table.version() == version + 1  # one commit for both stages
+    claim_stages(on)  # nothing left to move: no commit
+    table.update_incremental()
+    assert table.version() == version + 1
+    # The lane off again: validate's silver stage takes every rule on silver tables back, with the signals.
+    claim_stages(load_settings(overrides={"lakehouse": lake, "validate.trigger": "live"}))
+    assert {r["key"]: r["engine"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {
+        **after, "UnderMinIsr/f1": "silver", "UnderReplicated/f4": "silver", "c1": "silver", "c1/1": "silver"}
+
+
 def test_the_lanes_first_start_continues_from_validates_last_committed_offsets(bronze: Path, spark: Any,
                                                                                 tmp_path: Path) -> None:
     """validate's checkpoint names each Delta source's table by id: the lane starts after the last version validate
     read whole (inside a version: before it), for its own tables only, from the last committed batch."""
-    ids = {t: open_table(BY_NAME[t], str(bronze)).metadata().id for t in LANE_TABLES}  # type: ignore[union-attr]
+    ids = {t: open_table(BRONZE_BY_NAME[t], str(bronze)).metadata().id for t in LANE_TABLES}  # type: ignore[union-attr]
 
     def offset(table_id: str, version: int, index: int) -> str:
         return json.dumps({"sourceVersion": 1, "reservoirId": table_id, "reservoirVersion": version, "index": index,
@@ -105,7 +141,7 @@ def _events(lake: str) -> list[dict[str, Any]]:
 
 def _engine_on_bronze(lake: str) -> list[tuple[Any, ...]]:
     """The lane's rules over every bronze row of its tables at once, in one engine step."""
-    frames = [read_rows(BY_NAME[t], lake).to_pandas()[["run_id", "ts", *SOURCE_COLUMNS[t]]].assign(_source=t)
+    frames = [read_rows(BRONZE_BY_NAME[t], lake).to_pandas()[["run_id", "ts", *SOURCE_COLUMNS[t]]].assign(_source=t)
               for t in LANE_TABLES]
     rows = pd.concat(frames, ignore_index=True).sort_values(["ts", "_source"], kind="stable", ignore_index=True)
     steps = AlertEngine(LANE).step(shape_union(rows))
