@@ -22,31 +22,18 @@ Semantics, per rule and entity, over samples in event-time order:
 
 from __future__ import annotations
 
-import functools
-import re
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from pipelines.alert_expressions import compiled
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_signals import SOURCES
 from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint, transition_order
 from pipelines.alert_templates import display, render_annotations
-
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@functools.cache  # the rules' expressions are few and fixed: scanned once, not every batch
-def _names_in(expression: str) -> frozenset[str]:
-    return frozenset(_NAME.findall(expression))
-
-
-def _named_columns(frame: pd.DataFrame, expression: str) -> list[str]:
-    """The columns of `frame` an expression names (in frame order)."""
-    names = _names_in(expression)
-    return [c for c in frame.columns if c in names]
 
 
 def to_ms(ts: Any) -> int:
@@ -59,6 +46,15 @@ def ms_of(ts: pd.Series) -> pd.Series:
     if pd.api.types.is_datetime64_any_dtype(ts.dtype):
         return pd.Series(np.asarray(ts.values, "datetime64[ns]").view("int64") // 1_000_000, index=ts.index)
     return ts.map(to_ms)
+
+
+@dataclass(frozen=True)
+class Samples:
+    """A rule's samples for one step, each with its condition and value."""
+
+    frame: pd.DataFrame
+    cond: np.ndarray
+    value: np.ndarray
 
 
 class AlertEngine:
@@ -94,21 +90,19 @@ class AlertEngine:
         return out
 
     # -- samples -------------------------------------------------------------------------------------
-    def _samples(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
+    def _samples(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> Samples | None:
         if frame is not None and len(frame):
             frame = self._prepare(rule, frame)
         if rule.window_ms:
             frame = self._windowed(rule, frame, clocks)
         if frame is None or not len(frame):
             return None
-        frame = frame.reset_index(drop=True)
-        # eval() builds a resolver (a Series) for every column of the frame it runs on; broker_metrics has a
-        # column per metric, so the expressions run on the columns they name.
-        cond = frame[_named_columns(frame, rule.when)].eval(rule.when, engine="python")
-        frame["_cond"] = np.asarray(cond, dtype=bool) if not isinstance(cond, bool) else cond
-        frame["_value"] = (frame[_named_columns(frame, rule.value)].eval(rule.value, engine="python")
-                           .astype("float64") if rule.value else frame["_cond"].astype("float64"))
-        return frame
+        # The frame may be shared with the other rules of its source (see _prepare): it is not written to. The
+        # condition and value are kept beside it, and joined only to the rows that go on (see _advance).
+        cond = np.broadcast_to(np.asarray(compiled(rule.when).evaluate(frame), dtype=bool), len(frame))
+        value = (np.broadcast_to(np.asarray(compiled(rule.value).evaluate(frame), dtype="float64"), len(frame))
+                 if rule.value else cond.astype("float64"))
+        return Samples(frame, cond, value)
 
     def _prepare(self, rule: Rule, frame: pd.DataFrame) -> pd.DataFrame:
         """The rule's source frame with every column of the source (absent ones NaN), `ts` in ms, aggregated to the
@@ -242,7 +236,7 @@ class AlertEngine:
         labels.update(rule.labels)
         return labels
 
-    def _advance(self, rule: Rule, samples: pd.DataFrame) -> list[Transition]:
+    def _advance(self, rule: Rule, samples: Samples) -> list[Transition]:
         alerts = self.state.alerts
         # Inhibitors are evaluated before this rule: their alerts are final for the step, so index them once.
         self._inhibitors = {}
@@ -252,19 +246,22 @@ class AlertEngine:
                     self._inhibitors.setdefault((i, tuple(a.labels.get(k) for k in inh.equal)), []).append(a)
         open_keys = {k: a for k, a in alerts.items() if a.rule == rule.name and a.status in OPEN}
         # Only entities whose condition held somewhere in the batch, or that have an open alert, can change:
-        # select their rows with a vectorised key before touching rows one by one.
-        ek = _entity_keys(samples, rule.entity_keys)
-        wanted = set(ek[samples["_cond"].to_numpy()]) | {
-            "|".join([a.cluster, *(a.labels[k] for k in rule.entity_keys)]) for a in open_keys.values()}
+        # select their rows by entity key before building records of them one by one.
+        ek = _entity_keys(samples.frame, rule.entity_keys)
+        wanted = {k for k, held in zip(ek, samples.cond, strict=True) if held} | {
+            (a.cluster, *(_typed(k, a.labels[k]) for k in rule.entity_keys)) for a in open_keys.values()}
         by_entity: dict[str, list[dict[str, Any]]] = defaultdict(list)
         labels_of: dict[str, dict[str, str]] = {}
         if wanted:
-            for rec in samples[ek.isin(wanted).to_numpy()].to_dict("records"):
+            keep = np.fromiter((k in wanted for k in ek), bool, len(ek))
+            recs = samples.frame[keep].to_dict("records")
+            for rec, held, value in zip(recs, samples.cond[keep].tolist(), samples.value[keep].tolist(), strict=True):
+                rec["_cond"], rec["_value"] = held, value
                 labels = self._labels(rule, rec)
                 fp = fingerprint(rule.name, labels)
                 by_entity[fp].append(rec)
                 labels_of[fp] = labels
-        times = {c: sorted(set(g["ts"])) for c, g in samples.groupby("run_id", sort=True)}
+        times = _times_by_cluster(samples.frame)
         out: list[Transition] = []
         for fp in sorted(set(by_entity) | {a.fingerprint for a in open_keys.values()}):
             key = f"{rule.name}/{fp}"
@@ -386,12 +383,22 @@ class AlertEngine:
                 del self.state.alerts[key]
 
 
-def _entity_keys(samples: pd.DataFrame, keys: tuple[str, ...]) -> pd.Series:
-    out = samples["run_id"].astype(str)
+def _entity_keys(samples: pd.DataFrame, keys: tuple[str, ...]) -> list[tuple[Any, ...]]:
+    """Each sample's (cluster, *entity) as plain Python values: ids as ints, the rest as text (an alert's labels, typed
+    back with `_typed`, compare equal)."""
+    columns = [samples["run_id"].astype(str).to_numpy().tolist()]
     for k in keys:
         col = samples[k]
-        out = out + "|" + (col.astype("int64").astype(str) if k in ("partition", "broker_id") else col.astype(str))
-    return out
+        columns.append(col.to_numpy("int64").tolist() if k in ("partition", "broker_id") else
+                       col.astype(str).to_numpy().tolist())
+    return list(zip(*columns, strict=True))
+
+
+def _times_by_cluster(samples: pd.DataFrame) -> dict[str, list[int]]:
+    """Per cluster, the distinct times it has samples at, in order."""
+    clusters = samples["run_id"].astype(str).to_numpy()
+    ts = samples["ts"].to_numpy("int64")
+    return {str(c): np.unique(ts[clusters == c]).tolist() for c in np.unique(clusters)}
 
 
 def _typed(key: str, text: str) -> Any:

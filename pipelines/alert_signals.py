@@ -7,6 +7,8 @@ each silver micro-batch and shapes it here, so the rule engine can be tested wit
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -73,23 +75,54 @@ def shape_partition_state(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def shape_broker_metrics(rows: pd.DataFrame) -> pd.DataFrame:
-    """One wide row per (run, ts, broker): a column per metric (absent metrics are NaN)."""
-    keyed = rows.assign(metric=_metric_keys(rows))
-    index = ["run_id", "ts", "broker_id"]
-    values = keyed.pivot_table(index=index, columns="metric", values="value", aggfunc="last")
-    meters = keyed[keyed["kind"] == "meter"]
-    counts = meters.pivot_table(index=index, columns="metric", values="count", aggfunc="last")
-    counts.columns = [f"{c}_count" for c in counts.columns]
-    wide = values.join(counts, how="left") if len(counts.columns) else values
-    wide = wide.reindex(columns=list(BROKER_METRIC_COLUMNS))
-    wide.columns.name = None
-    return wide.reset_index()
+    """One wide row per (run, ts, broker), sorted: a column per metric, its last value (absent metrics are NaN), and
+    per meter its last cumulative count. A (run, ts, broker) none of whose values is known has no row.
+
+    Placed with numpy rather than `pivot_table` (two of them a micro-batch, ~7 ms each on a live batch of ~100
+    rows): each row's value lands in its (row, metric) cell, the last one of the batch winning."""
+    runs, run_at = np.unique(rows["run_id"].to_numpy(str), return_inverse=True)
+    stamps = rows["ts"] if pd.api.types.is_datetime64_any_dtype(rows["ts"]) else pd.to_datetime(rows["ts"], utc=True)
+    ts = np.asarray(stamps.values)  # datetime64 in UTC, whatever the column's zone
+    keys, at = np.unique(np.stack([run_at, ts.view("int64"), rows["broker_id"].to_numpy("int64")], axis=1),
+                         axis=0, return_inverse=True)
+    at = at.reshape(-1)
+    cells = [_metric_cells(m, n, k) for m, n, k in zip(rows["mbean"], rows["name"], rows["kind"], strict=True)]
+    wide = np.full((len(keys), len(BROKER_METRIC_COLUMNS)), np.nan)
+    _place_last(wide, at, np.array([c[0] for c in cells], "float64"), rows["value"].to_numpy("float64"))
+    known = ~np.isnan(wide).all(axis=1)  # before the counts: a row exists where a value is known
+    _place_last(wide, at, np.array([c[1] for c in cells], "float64"), rows["count"].to_numpy("float64"))
+    keys = keys[known]
+    out = pd.DataFrame({"run_id": pd.Series(runs[keys[:, 0]], dtype=rows["run_id"].dtype),
+                        "ts": _stamps_like(keys[:, 1].view(ts.dtype), stamps),
+                        "broker_id": pd.Series(keys[:, 2]).astype(rows["broker_id"].dtype)})
+    return pd.concat([out, pd.DataFrame(wide[known], columns=list(BROKER_METRIC_COLUMNS))], axis=1)
 
 
-def _metric_keys(rows: pd.DataFrame) -> pd.Series:
+def _stamps_like(values: np.ndarray, stamps: pd.Series) -> pd.Series:
+    out = pd.Series(values)
+    return out.dt.tz_localize("UTC").dt.tz_convert(stamps.dt.tz) if stamps.dt.tz is not None else out
+
+
+@functools.cache
+def _metric_cells(mbean: str, name: str, kind: str) -> tuple[float, float]:
+    """The columns of a metric's value and (a meter's) count in the wide frame; NaN for a metric it has none."""
     # ErrorsPerSec is one MBean name per error code: the code is the MBean's `error` key.
-    error = rows["mbean"].str.extract(r"error=([A-Z_]+)", expand=False)
-    return rows["name"].where(error.isna(), rows["name"] + "_" + error.fillna(""))
+    error = re.search(r"error=([A-Z_]+)", mbean)
+    key = f"{name}_{error.group(1)}" if error else name
+    count = _COLUMN_AT.get(f"{key}_count", np.nan) if kind == "meter" else np.nan
+    return _COLUMN_AT.get(key, np.nan), count
+
+
+_COLUMN_AT = {c: float(i) for i, c in enumerate(BROKER_METRIC_COLUMNS)}
+
+
+def _place_last(wide: np.ndarray, at: np.ndarray, column: np.ndarray, values: np.ndarray) -> None:
+    """wide[at, column] = values, the last known value winning where a cell is given several; unknown metrics
+    (column NaN) and unknown values are skipped."""
+    ok = ~np.isnan(column) & ~np.isnan(values)
+    cells = (at[ok] * wide.shape[1] + column[ok].astype("int64"))[::-1]
+    cells, first_from_end = np.unique(cells, return_index=True)
+    wide.flat[cells] = values[ok][::-1][first_from_end]
 
 
 def shape_ack_ledger(rows: pd.DataFrame) -> pd.DataFrame:
