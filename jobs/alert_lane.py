@@ -22,22 +22,27 @@ rules moving from validate to the lane neither miss nor repeat what validate eva
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
-from foundation.bronze_log import NAME, BronzeLogSource
+from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource
 from foundation.delta_io import open_table
 from foundation.settings import PipelineSettings, interval_ms
+from jobs.alert_recorder import BackgroundRecorder
 from jobs.alert_stage import LANE, AlertStage, build_stage
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
+from jobs.lane_repair import checkpoint_query_id, replay_unrecorded
 from jobs.step_clock import StepClock
-from jobs.streaming import wait_started
+from jobs.streaming import asked_to_die, die_here_if_asked, wait_started
 from jobs.validate_alerts import SilverAlerts, lane_on, rule_split
 from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version
 from pipelines.alert_config import LANE_TABLES
@@ -49,36 +54,63 @@ JOB = "alert_lane"  # in kill points: ISRWATCH_KILL_AT=alert_lane:<batch>:after_
 
 @dataclass
 class LaneBatches:
-    """The foreachBatch body: the batch collected, checked per table, evaluated, handed over, recorded."""
+    """The foreachBatch body: the batch collected, checked per table, evaluated, handed over, and its record queued
+    (jobs/alert_recorder.py)."""
 
     tables: list[TableDef]      # reference tables first: their rows feed the others' context
     alerts: SilverAlerts
     lakehouse: str
     lookback_us: int
+    checkpoint: str
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None
 
     def __post_init__(self) -> None:
         self.context = new_driver_context(self.lakehouse, self.tables, self.lookback_us)
+        self.recorder = BackgroundRecorder(self.alerts.stage, before_write=self._before_write)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         wait_started(self, JOB)
+        self.recorder.raise_if_failed()
         clock = StepClock()
         collected = batch.toArrow()
         if collected.num_rows == 0:
             return
         clock.lap("collect")
+        self.process(collected, batch_id, clock, behind=batch_id > 0)
+        if self.on_steps is not None:
+            self.on_steps(batch_id, collected.num_rows, clock.steps)
+
+    def process(self, collected: pa.Table, batch_id: int, clock: StepClock, behind: bool) -> None:
+        """Checked, evaluated, handed over; recorded behind the batch, or before it ends. Batch 0 is recorded before
+        it ends: a replay (jobs/lane_repair.py) starts from the batch before's offsets."""
         routed = [r for r, _ in check_union_on_driver(collected, self.tables, batch_id, self.context)]
         clock.lap("check")
         handed = self.alerts.on_driver(batch_id, routed)
         clock.lap("alerts handed over")
         if handed is not None:
-            self.alerts.record(handed)
-            clock.lap("alerts recorded")
+            stage = self.alerts.stage
+            record = stage.snapshot(handed.batch_id, handed.events, handed.rows, handed.began)
+            if behind:
+                self.recorder.submit(record)
+                clock.lap("alerts record queued")
+            else:
+                self.recorder.flush()  # in batch order
+                stage.write(record)
+                clock.lap("alerts recorded")
         fold_checked(self.context, routed)
-        if self.on_steps is not None:
-            self.on_steps(batch_id, collected.num_rows, clock.steps)
+
+    def _before_write(self, batch_id: int) -> None:
+        """Fault injection (ISRWATCH_KILL_AT=alert_lane:<batch>:before_record): the process dies with the batch
+        committed by Spark and not recorded."""
+        if asked_to_die(JOB, batch_id, "before_record"):
+            commit = os.path.join(self.checkpoint, "commits", str(batch_id))
+            for _ in range(600):
+                if os.path.exists(commit):
+                    break
+                time.sleep(0.05)
+            die_here_if_asked(JOB, batch_id, "before_record")
 
 
 @dataclass
@@ -91,8 +123,19 @@ class RunningLane:
         return self.batches.alerts.stage
 
     def finish(self) -> None:
-        """After the query stopped: the webhook lanes emptied and stopped."""
-        self.stage.stop()
+        """After the query stopped: the queued records written, the webhook lanes emptied and stopped. A record that
+        failed is raised once both are stopped."""
+        recorder = self.batches.recorder
+        try:
+            recorder.flush()
+        finally:
+            recorder.stop()
+            self.stage.stop()
+
+
+def app_id(query_id: str) -> str:
+    """The lane's app transactions' id: its query's, which its checkpoint keeps across restarts."""
+    return f"isrwatch-alert-lane/{query_id}"
 
 
 def lane_tables() -> list[TableDef]:
@@ -147,7 +190,19 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
     start = validate_position(spark, validate_checkpoint, settings.lakehouse, tables)
     lookback_us = interval_ms(settings.validate_.counter_lookback) * 1000
     batches = LaneBatches(tables, SilverAlerts(spark, settings.lakehouse, stage), settings.lakehouse, lookback_us,
-                          on_steps=on_steps)
+                          checkpoint, on_steps=on_steps)
+    files = HadoopFiles(spark)
+    known = checkpoint_query_id(files, checkpoint)
+    if known is not None:  # batches a crash left committed and not recorded: replayed before the query starts
+        stage.bind(app_id(known))
+        reader = BronzeLogReader(settings.lakehouse, tables, {}, settings.validate_.max_files_per_trigger)
+        try:
+            replay_unrecorded(files, checkpoint, stage, reader,
+                              lambda rows, b: batches.process(rows, b, StepClock(), behind=False), log)
+        except BaseException:
+            batches.recorder.stop()
+            stage.stop()
+            raise
     spark.dataSource.register(BronzeLogSource)
     source = (spark.readStream.format(NAME).option("lakehouse", settings.lakehouse)
               .option("tables", ",".join(td.name for td in tables)).option("start", json.dumps(start))
@@ -157,6 +212,6 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
              .foreachBatch(batches).option("checkpointLocation", checkpoint)
              .trigger(processingTime=a.lane_trigger_interval).start())
     batches.query_id = str(query.id)
-    stage.bind(f"isrwatch-alert-lane/{query.id}")
+    stage.bind(app_id(str(query.id)))
     batches.started.set()
     return RunningLane(query, batches)

@@ -170,6 +170,20 @@ def load_state(lake: str, name: str) -> EngineState:
     return EngineState.from_rows(rows.filter(pc.equal(rows.column("engine"), name)).to_pylist())
 
 
+@dataclass(frozen=True)
+class BatchRecord:
+    """A batch's rows for the three gold tables, as the engine stood after it."""
+
+    batch_id: int
+    events: list[dict[str, Any]]
+    alerts: list[dict[str, Any]]
+    state: list[dict[str, Any]]
+    rows_in: int
+    began: float
+    on_executors: bool
+    firing: int
+
+
 @dataclass
 class AlertStats:
     batch_id: int = -1
@@ -242,24 +256,34 @@ class AlertStage:
                on_executors: bool = False) -> None:
         """gold.alert_events (a batch with transitions), gold.alerts and the engine's state, each once per batch (the
         state last)."""
-        lake = self.lakehouse
-        if events:  # a quiet batch commits nothing here: whether a batch is recorded is the state's to say
-            self.versions.write_once(ALERT_EVENTS, lake,
-                                     pa.Table.from_pylist(events, schema=ALERT_EVENTS.arrow_schema), batch_id)
-        die_here_if_asked(self.job, batch_id, "after_events")
-        alerts = pa.Table.from_pylist(alert_rows(self.engine, batch_id), schema=ALERTS.arrow_schema)
-        self._overwrite(ALERTS, alerts, batch_id, self._rules_predicate())
+        self.write(self.snapshot(batch_id, events, rows_in, began, on_executors))
+
+    def snapshot(self, batch_id: int, events: list[dict[str, Any]], rows_in: int, began: float,
+                 on_executors: bool = False) -> BatchRecord:
+        """What `write` commits for the batch, taken from the engine now: the engine may step on meanwhile."""
         state = [{**r, "batch_id": batch_id, "engine": self.name} for r in self.engine.state.to_rows()]
-        self._overwrite(ALERTS_STATE, pa.Table.from_pylist(state, schema=ALERTS_STATE.arrow_schema), batch_id,
+        firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
+        return BatchRecord(batch_id, events, alert_rows(self.engine, batch_id), state, rows_in, began, on_executors,
+                           firing)
+
+    def write(self, r: BatchRecord) -> None:
+        lake, batch_id = self.lakehouse, r.batch_id
+        if r.events:  # a quiet batch commits nothing here: whether a batch is recorded is the state's to say
+            self.versions.write_once(ALERT_EVENTS, lake,
+                                     pa.Table.from_pylist(r.events, schema=ALERT_EVENTS.arrow_schema), batch_id)
+        die_here_if_asked(self.job, batch_id, "after_events")
+        self._overwrite(ALERTS, pa.Table.from_pylist(r.alerts, schema=ALERTS.arrow_schema), batch_id,
+                        self._rules_predicate())
+        self._overwrite(ALERTS_STATE, pa.Table.from_pylist(r.state, schema=ALERTS_STATE.arrow_schema), batch_id,
                         f"engine = '{self.name}'")
         die_here_if_asked(self.job, batch_id, "after_state")
         s = self.stats
-        s.batch_id, s.rows_in, s.transitions = batch_id, rows_in, len(events)
+        s.batch_id, s.rows_in, s.transitions = batch_id, r.rows_in, len(r.events)
         s.batches += 1
-        s.executor_batches += on_executors
-        s.firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
-        s.total_transitions += len(events)
-        s.duration_ms = int((time.monotonic() - began) * 1000)
+        s.executor_batches += r.on_executors
+        s.firing = r.firing
+        s.total_transitions += len(r.events)
+        s.duration_ms = int((time.monotonic() - r.began) * 1000)
         s.busy_ms += s.duration_ms
         if batch_id > 0 and batch_id % self.maintain_every_batches == 0:
             from foundation.delta_io import compact_and_checkpoint

@@ -9,8 +9,10 @@ under the same ids. The lane's source is read directly in tests/test_bronze_log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,7 @@ from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import open_table, read_rows
 from foundation.settings import load_settings
 from jobs.alert_lane import lane_tables, validate_position
+from jobs.alert_recorder import RecordFailed
 from jobs.alert_stage import SOURCE_COLUMNS
 from jobs.validate import RunningValidation, start_validation
 from jobs.validate_alerts import claim_stages
@@ -33,7 +36,7 @@ from pipelines.alert_signals import shape_union
 from schemas.bronze import BRONZE_BY_NAME
 from schemas.gold import ALERT_EVENTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver, rules_file
-from tests.alerts.test_one_hop import failing_after_delivery, shipped_with_inhibition
+from tests.alerts.test_one_hop import Killed, failing_after_delivery, shipped_with_inhibition
 
 ROOT = Path(__file__).resolve().parents[2]
 LANE, KEPT = split_lane(split_by_layer(load_alert_config())[0])
@@ -113,7 +116,8 @@ def test_the_lanes_first_start_continues_from_validates_last_committed_offsets(b
     assert validate_position(spark, str(tmp_path / "none"), str(bronze), lane_tables()) == {}
 
 
-def _start(spark: Any, lake: str, rules: str | None) -> RunningValidation:
+def _start(spark: Any, lake: str, rules: str | None, log: Callable[[str], None] = lambda _: None,
+           ) -> RunningValidation:
     settings = load_settings(overrides={
         # validate beside it on one small table: the lane reads its own (every bronze row here is valid)
         "lakehouse": lake, "validate.tables": ["runs"], "validate.trigger": "live",
@@ -121,7 +125,7 @@ def _start(spark: Any, lake: str, rules: str | None) -> RunningValidation:
         "validate.wait_for_tables_seconds": 0, "validate.ge_behind": False,  # GE in the batch: no child process
         "alerts.lane": True, "alerts.rules": rules,
         "alerts.webhooks": rules is not None})
-    return start_validation(spark, settings, log=lambda _: None)
+    return start_validation(spark, settings, log=log)
 
 
 def _drain(running: RunningValidation) -> None:
@@ -148,21 +152,43 @@ def _engine_on_bronze(lake: str) -> list[tuple[Any, ...]]:
     return sorted((t.rule, t.fingerprint, t.status, t.ts_ms, t.value) for t in steps)
 
 
-KILLED_BATCH = 0  # four 10-second commits a table: the faults' transitions are all in the first batch
+KILLED_BATCH = 0   # four 10-second commits a table: batch 0 holds the faults' first transitions ...
+UNRECORDED_BATCH = 1  # ... and batch 1 the last commit, the alerts resolving
 
 
-@pytest.mark.slow  # ~40 s, and the lane is off by default: in `make test-all`, not in the 20-minute suite
-def test_the_lane_killed_between_delivery_and_record_loses_nothing_and_gives_the_engines_transitions(
+@contextlib.contextmanager
+def dying_before_record(batch: int) -> Iterator[None]:
+    """The lane's record of `batch` is not written: once Spark has committed the batch, its writer fails, as the
+    process dying there would leave it (ISRWATCH_KILL_AT SIGKILLs the process; here the writer raises)."""
+    def kill(job: str, batch_id: int, point: str) -> None:
+        raise Killed(f"killed before recording batch {batch_id}")
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("ISRWATCH_KILL_AT", f"alert_lane:{batch}:before_record")
+        m.setattr("jobs.alert_lane.die_here_if_asked", kill)
+        yield
+
+
+def _delivered(receiver: Receiver) -> list[str]:
+    return [r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()]
+
+
+@pytest.mark.slow  # ~60 s, and the lane is off by default: in `make test-all`, not in the 20-minute suite
+def test_the_lane_killed_before_and_after_sparks_commit_loses_nothing_and_gives_the_engines_transitions(
         bronze: Path, spark: Any, tmp_path: Path) -> None:
-    """The lane's first micro-batch fails once its transitions reached the receiver and before gold.alert_events
-    holds them (as a crash leaves it: Spark's checkpoint and the engine's state without the batch). Started again,
-    the lane replays the batch from the same commits and records each transition once, under the ids it was sent
-    with; the receiver gets every routed transition, the killed batch's twice under the same delivery ids. Every
-    row of this bronze passes validation (tests/pipeline/test_validate.py), so the lane's transitions, over
-    micro-batches and a restart, are the engine's over all of them at once."""
+    """Two crashes, then a clean run:
+    1. batch 0 fails once its transitions reached the receiver and before gold.alert_events holds them (Spark's
+       checkpoint and the engine's state without the batch): the next start replays it through Spark;
+    2. batch 1 is committed by Spark, its transitions delivered, and its record never written (the lane writes
+       records behind its batches): the next start replays it from the lane's offset log before its query starts.
+    Each transition is recorded once, under the ids it was sent with; the receiver gets every routed transition,
+    the killed batches' twice under the same delivery ids. Every row of this bronze passes validation
+    (tests/pipeline/test_validate.py), so the lane's transitions, over micro-batches and restarts, are the engine's
+    over all of them at once."""
     lake = str(tmp_path / "lakehouse")
     shutil.copytree(bronze, lake)
     receiver = Receiver().start()
+    replayed: list[str] = []
     try:
         rules = rules_file(tmp_path, receiver.url)
         with failing_after_delivery("alert_lane", KILLED_BATCH):
@@ -172,10 +198,18 @@ def test_the_lane_killed_between_delivery_and_record_loses_nothing_and_gives_the
                 first.lane.query.awaitTermination()
             first.query.stop()
             first.finish()
-        sent_before = {r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()}
+        sent_before = set(_delivered(receiver))
         assert sent_before and all(i.startswith(f"l{KILLED_BATCH}-") for i in sent_before)  # delivered ...
         assert not [e for e in _events(lake) if e["event_id"].startswith("l")]              # ... not recorded
-        _drain(_start(spark, lake, rules))
+
+        with dying_before_record(UNRECORDED_BATCH), pytest.raises(RecordFailed, match="before recording batch 1"):
+            _drain(_start(spark, lake, rules))
+        sent_unrecorded = {i for i in _delivered(receiver) if i.startswith(f"l{UNRECORDED_BATCH}-")}
+        assert sent_unrecorded                                                               # delivered ...
+        assert not [e for e in _events(lake) if e["event_id"].startswith(f"l{UNRECORDED_BATCH}-")]  # not recorded
+        assert (tmp_path / "lakehouse" / "_checkpoints" / "alert_lane" / "commits" / "1").exists()  # committed
+
+        _drain(_start(spark, lake, rules, replayed.append))
     finally:
         receiver.stop()
 
@@ -187,12 +221,13 @@ def test_the_lane_killed_between_delivery_and_record_loses_nothing_and_gives_the
     assert all(e["event_id"] == f"l{e['eval_batch_id']}-{e['seq']}" for e in lane)
     routed = {f"{e['event_id']}@test" for e in lane if e["status"] in ("firing", "resolved")
               and e["severity"] in ("critical", "warning")}
-    ids = [r["json"]["isrwatchDeliveryId"] for r in receiver.delivered() if r["json"]["isrwatchDeliveryId"][0] == "l"]
+    ids = [i for i in _delivered(receiver) if i[0] == "l"]
     assert set(ids) == routed                                       # none lost
-    assert {i for i in ids if ids.count(i) > 1} == sent_before      # the killed batch's, again under the same ids
+    assert {i for i in ids if ids.count(i) > 1} == sent_before | sent_unrecorded  # the killed batches', same ids
     # validate kept only the other rules; each stage's state is its own
     assert {e["rule"] for e in events if not e["event_id"].startswith("l")} <= {r.name for r in KEPT.rules}
     state = read_rows(ALERTS_STATE, lake).to_pylist()
     assert {r["key"].split("/", 1)[0] for r in state if r["kind"] == "alert" and r["engine"] == "lane"} == {
         t[0] for t in got}
     assert {r["engine"] for r in state if r["kind"] in ("last_hw", "last_seen")} == {"lane"}
+    assert replayed == ["alert_lane: replayed batches 1..1, committed by Spark and not recorded before a stop"]

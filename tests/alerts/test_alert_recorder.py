@@ -1,0 +1,79 @@
+"""Batch records written behind the micro-batches (jobs/alert_recorder.py): in batch order, never more than `depth`
+waiting, and a failed write fails the next batch with nothing written after it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from jobs.alert_recorder import BackgroundRecorder, RecordFailed
+from jobs.alert_stage import BatchRecord
+
+
+class SlowStage:
+    """Stands in for an AlertStage: `write` appends the batch id once `gate` opens (or fails on `fail_at`)."""
+
+    name = "lane"
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.written: list[int] = []
+        self.gate = threading.Event()
+        self.fail_at = fail_at
+
+    def write(self, record: BatchRecord) -> None:
+        self.gate.wait(10)
+        if record.batch_id == self.fail_at:
+            raise OSError(f"disk full at batch {record.batch_id}")
+        self.written.append(record.batch_id)
+
+
+def record(batch_id: int) -> BatchRecord:
+    return BatchRecord(batch_id, [], [], [], 1, 0.0, False, 0)
+
+
+def recorder_of(stage: SlowStage, **kwargs: Any) -> BackgroundRecorder:
+    return BackgroundRecorder(stage, **kwargs)  # type: ignore[arg-type]
+
+
+def test_records_are_written_in_batch_order_and_at_most_depth_wait() -> None:
+    stage = SlowStage()
+    recorder = recorder_of(stage, depth=2)
+    for b in (1, 2, 3):  # 1 is taken by the writer (held at the gate), 2 and 3 fill the two slots
+        recorder.submit(record(b))
+    fourth = threading.Thread(target=recorder.submit, args=(record(4),))
+    fourth.start()
+    time.sleep(0.2)
+    assert fourth.is_alive()  # a batch finding `depth` records waiting waits for a slot
+    stage.gate.set()
+    fourth.join(10)
+    recorder.flush()
+    recorder.stop()
+    assert stage.written == [1, 2, 3, 4]
+
+
+def test_a_failed_write_fails_the_next_batch_and_nothing_after_it_is_written() -> None:
+    stage = SlowStage(fail_at=2)
+    stage.gate.set()
+    recorder = recorder_of(stage, depth=4)
+    for b in (1, 2, 3):
+        recorder.submit(record(b))
+    with pytest.raises(RecordFailed, match="recording the lane stage's batches failed: OSError: disk full at batch 2"):
+        recorder.flush()
+    with pytest.raises(RecordFailed):
+        recorder.submit(record(4))
+    recorder.stop()
+    assert stage.written == [1]
+
+
+def test_the_hook_before_each_write_sees_every_batch_in_order() -> None:
+    stage, seen = SlowStage(), []
+    stage.gate.set()
+    recorder = recorder_of(stage, before_write=seen.append)
+    for b in (5, 6, 7):
+        recorder.submit(record(b))
+    recorder.flush()
+    recorder.stop()
+    assert seen == stage.written == [5, 6, 7]
