@@ -5,7 +5,9 @@ log, builds a snapshot, plans a file scan and runs it as tasks); reading each ne
 Parquet files with pyarrow costs milliseconds. `BronzeLogSource` is that read as a Spark Python streaming source
 (a `SimpleDataSourceStreamReader`, which reads on the driver): its offset is each table's last version read, so the
 query's checkpoint holds exactly which commits a micro-batch covered, and a batch replayed after a crash
-(`readBetweenOffsets`) reads the same commits again.
+(`readBetweenOffsets`) reads the same commits again. The alert lane runs it with `rows=false`: the source only plans
+(the offsets go to the query's offset log) and the lane's batch reads its rows on the driver (`rows_between`,
+jobs/lane_log.py), without handing them through Spark.
 
 Rows come in the shape of validate's union (jobs/validate_source.py): `_table`, `_version` and one struct column
 per table holding its row, null on the other tables' rows. Files a commit adds without changing data (compaction:
@@ -31,6 +33,9 @@ from schemas.bronze import BRONZE_BY_NAME
 from schemas.table import TableDef
 
 NAME = "isrwatch_bronze_log"
+
+
+Commits = list[tuple[int, list[str]]]  # (version, its data files), oldest first
 
 
 class LogGapError(Exception):
@@ -74,25 +79,33 @@ def data_files(table_path: str, version: int) -> list[str]:
 
 class BronzeLogReader(SimpleDataSourceStreamReader):
     """Offsets: {table: last version read, -1 before the first}. A read takes whole commits, oldest first, until
-    `max_files` data files are in (at least one commit per table that has one)."""
+    `max_files` data files are in (at least one commit per table that has one). With `rows` false the reader only
+    plans: Spark gets the offsets and no row, and the query's batch reads its rows itself (`rows_between`)."""
 
-    def __init__(self, lakehouse: str, tables: list[TableDef], start: dict[str, int], max_files: int) -> None:
+    def __init__(self, lakehouse: str, tables: list[TableDef], start: dict[str, int], max_files: int,
+                 rows: bool = True) -> None:
         self.lakehouse, self.tables, self.start, self.max_files = lakehouse, tables, start, max_files
+        self.rows = rows
         self.schema = spark_arrow_schema(tables)
 
     def initialOffset(self) -> dict[str, int]:
         return {td.name: int(self.start.get(td.name, -1)) for td in self.tables}
 
     def read(self, start: dict[str, int]) -> tuple[Iterator[pa.RecordBatch], dict[str, int]]:
-        batches, end = self._read(start, None)
-        return iter(batches), end
+        planned = self._plan(start, None)
+        end = {**start, **{td.name: commits[-1][0] for td, commits in planned if commits}}
+        return iter(self._read(planned) if self.rows else []), end
 
     def readBetweenOffsets(self, start: dict[str, int], end: dict[str, int]) -> Iterator[pa.RecordBatch]:
-        return iter(self._read(start, end)[0])
+        return iter(self._read(self._plan(start, end)) if self.rows else [])
 
-    def _read(self, start: dict[str, int], end: dict[str, int] | None) -> tuple[list[pa.RecordBatch], dict[str, int]]:
-        out: list[pa.RecordBatch] = []
-        reached = dict(start)
+    def rows_between(self, start: dict[str, int], end: dict[str, int]) -> pa.Table:
+        """Every row the commits after `start` up to `end` added, in the source's shape."""
+        return pa.Table.from_batches(self._read(self._plan(start, end)), schema=self.schema)
+
+    def _plan(self, start: dict[str, int], end: dict[str, int] | None) -> list[tuple[TableDef, Commits]]:
+        """Per table, the commits to read after `start` (up to `end`, or `max_files` files) with their data files."""
+        planned = []
         for td in self.tables:
             path = td.path(self.lakehouse)
             after = int(start[td.name])
@@ -101,17 +114,21 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
                 raise LogGapError(f"{td.qualified_name}: versions {after + 1}..{newer[0] - 1} are gone from its "
                                   f"_delta_log (log retention); the alert lane read up to {after}. Delete the "
                                   "lane's checkpoint to start again from the newest commits")
+            commits: Commits = []
             files = 0
             for version in newer:
                 if end is not None and version > end[td.name]:
                     break
                 if end is None and files >= self.max_files:
                     break
-                for f in data_files(path, version):
-                    out += self._rows(td, pq.read_table(f), version)
-                    files += 1
-                reached[td.name] = version
-        return out, reached
+                commits.append((version, data_files(path, version)))
+                files += len(commits[-1][1])
+            planned.append((td, commits))
+        return planned
+
+    def _read(self, planned: list[tuple[TableDef, Commits]]) -> list[pa.RecordBatch]:
+        return [batch for td, commits in planned for version, files in commits for f in files
+                for batch in self._rows(td, pq.read_table(f), version)]
 
     def _rows(self, td: TableDef, rows: pa.Table, version: int) -> list[pa.RecordBatch]:
         if rows.num_rows == 0:
@@ -129,7 +146,8 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
 
 class BronzeLogSource(DataSource):
     """Options: `lakehouse`, `tables` (comma-separated bronze table names), `start` (JSON {table: version}: the
-    last version already read, -1 for none; used when the query has no checkpoint yet), `max_files`."""
+    last version already read, -1 for none; used when the query has no checkpoint yet), `max_files`, `rows`
+    (`false`: offsets only, see BronzeLogReader)."""
 
     @classmethod
     def name(cls) -> str:
@@ -148,4 +166,4 @@ class BronzeLogSource(DataSource):
     def simpleStreamReader(self, schema: StructType) -> BronzeLogReader:
         start: dict[str, Any] = json.loads(self.options.get("start", "{}"))
         return BronzeLogReader(self.options["lakehouse"], self._tables(), {k: int(v) for k, v in start.items()},
-                               int(self.options.get("max_files", "1000")))
+                               int(self.options.get("max_files", "1000")), self.options.get("rows", "true") == "true")

@@ -3,10 +3,13 @@
 validate's micro-batch reads seven bronze tables through Spark's Delta source, de-duplicates them in the state
 store and writes silver before the next batch can start: a live batch takes seconds, and a new bronze commit waits
 for the batch in flight. The lane reads only the tables those rules need (with runs and topic_configs, the context
-their checks need) straight from the bronze commit logs (foundation/bronze_log.py), micro-batches back to back:
+their checks need) straight from the bronze commit logs, micro-batches back to back. Its Spark source only plans
+(foundation/bronze_log.py: the commits a batch covers go to the query's offset log) and the batch reads its rows
+itself (jobs/lane_log.py):
 
     bronze commit -> the lane's batch on the driver -> the same checks as validate (jobs/driver_checks.py) -> the
-    engine on the valid rows -> the webhook lanes -> gold.alert_events, gold.alerts, the engine's state
+    engine on the valid rows -> the webhook lanes; behind it: gold.alert_events, gold.alerts, the engine's state
+    (jobs/alert_recorder.py)
 
 It writes nothing to silver: validate still validates every table, keeps the other rules on silver tables and
 writes silver, quarantine and silver.dq_runs as before. The lane is its own alert stage (`lane`, event ids
@@ -22,7 +25,6 @@ rules moving from validate to the lane neither miss nor repeat what validate eva
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -31,7 +33,6 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource
@@ -40,7 +41,7 @@ from foundation.settings import PipelineSettings, interval_ms
 from jobs.alert_recorder import BackgroundRecorder
 from jobs.alert_stage import LANE, AlertStage, build_stage
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
-from jobs.lane_repair import checkpoint_query_id, replay_unrecorded
+from jobs.lane_log import LaneLog, replay_unrecorded
 from jobs.step_clock import StepClock
 from jobs.streaming import asked_to_die, die_here_if_asked, wait_started
 from jobs.validate_alerts import SilverAlerts, lane_on, rule_split
@@ -61,7 +62,7 @@ class LaneBatches:
     alerts: SilverAlerts
     lakehouse: str
     lookback_us: int
-    checkpoint: str
+    log: LaneLog
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None
@@ -71,20 +72,27 @@ class LaneBatches:
         self.recorder = BackgroundRecorder(self.alerts.stage, before_write=self._before_write)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        """`batch` has no row (the source only plans): the batch's rows are read from its offsets (jobs/lane_log.py)."""
         wait_started(self, JOB)
         self.recorder.raise_if_failed()
         clock = StepClock()
-        collected = batch.toArrow()
-        if collected.num_rows == 0:
+        rows = self.log.rows(batch_id)
+        if rows.num_rows == 0:
             return
-        clock.lap("collect")
-        self.process(collected, batch_id, clock, behind=batch_id > 0)
+        clock.lap("read")
+        self.process(rows, batch_id, clock, behind=batch_id > 0)
         if self.on_steps is not None:
-            self.on_steps(batch_id, collected.num_rows, clock.steps)
+            self.on_steps(batch_id, rows.num_rows, clock.steps)
+
+    def replay(self, batch_id: int) -> None:
+        """A batch read again and recorded before returning (jobs/lane_log.py `replay_unrecorded`)."""
+        rows = self.log.rows(batch_id)
+        if rows.num_rows:
+            self.process(rows, batch_id, StepClock(), behind=False)
 
     def process(self, collected: pa.Table, batch_id: int, clock: StepClock, behind: bool) -> None:
         """Checked, evaluated, handed over; recorded behind the batch, or before it ends. Batch 0 is recorded before
-        it ends: a replay (jobs/lane_repair.py) starts from the batch before's offsets."""
+        it ends: a replay (jobs/lane_log.py) starts from the batch before's offsets."""
         routed = [r for r, _ in check_union_on_driver(collected, self.tables, batch_id, self.context)]
         clock.lap("check")
         handed = self.alerts.on_driver(batch_id, routed)
@@ -105,9 +113,8 @@ class LaneBatches:
         """Fault injection (ISRWATCH_KILL_AT=alert_lane:<batch>:before_record): the process dies with the batch
         committed by Spark and not recorded."""
         if asked_to_die(JOB, batch_id, "before_record"):
-            commit = os.path.join(self.checkpoint, "commits", str(batch_id))
             for _ in range(600):
-                if os.path.exists(commit):
+                if batch_id in self.log.committed():
                     break
                 time.sleep(0.05)
             die_here_if_asked(JOB, batch_id, "before_record")
@@ -187,29 +194,27 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
                         maintain_every_batches=a.maintain_every_batches, log=log)
     tables = lane_tables()
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/alert_lane"
-    start = validate_position(spark, validate_checkpoint, settings.lakehouse, tables)
+    max_files = settings.validate_.max_files_per_trigger
+    log_ = LaneLog(HadoopFiles(spark), checkpoint, BronzeLogReader(settings.lakehouse, tables, {}, max_files))
+    start = log_.first_position(lambda: validate_position(spark, validate_checkpoint, settings.lakehouse, tables))
     lookback_us = interval_ms(settings.validate_.counter_lookback) * 1000
     batches = LaneBatches(tables, SilverAlerts(spark, settings.lakehouse, stage), settings.lakehouse, lookback_us,
-                          checkpoint, on_steps=on_steps)
-    files = HadoopFiles(spark)
-    known = checkpoint_query_id(files, checkpoint)
+                          log_, on_steps=on_steps)
+    known = log_.query_id()
     if known is not None:  # batches a crash left committed and not recorded: replayed before the query starts
         stage.bind(app_id(known))
-        reader = BronzeLogReader(settings.lakehouse, tables, {}, settings.validate_.max_files_per_trigger)
         try:
-            replay_unrecorded(files, checkpoint, stage, reader,
-                              lambda rows, b: batches.process(rows, b, StepClock(), behind=False), log)
+            replay_unrecorded(log_, stage, batches.replay, log)
         except BaseException:
             batches.recorder.stop()
             stage.stop()
             raise
     spark.dataSource.register(BronzeLogSource)
+    # The source only plans (rows=false): each batch reads its own rows from the offsets Spark logged for it.
     source = (spark.readStream.format(NAME).option("lakehouse", settings.lakehouse)
               .option("tables", ",".join(td.name for td in tables)).option("start", json.dumps(start))
-              .option("max_files", str(settings.validate_.max_files_per_trigger)).load())
-    # ingested_at: the batch's own timestamp (replayed identically), as validate's rows carry it
-    query = (source.withColumn("ingested_at", F.current_timestamp()).writeStream.queryName(JOB)
-             .foreachBatch(batches).option("checkpointLocation", checkpoint)
+              .option("max_files", str(max_files)).option("rows", "false").load())
+    query = (source.writeStream.queryName(JOB).foreachBatch(batches).option("checkpointLocation", checkpoint)
              .trigger(processingTime=a.lane_trigger_interval).start())
     batches.query_id = str(query.id)
     stage.bind(app_id(str(query.id)))

@@ -8,7 +8,7 @@ lane's offset log keeps 100). A failed write fails the next micro-batch (or `flu
 written, as after a crash.
 
 A crash can so leave batches committed by Spark and not recorded. The lane's start replays them first from its
-offset log (jobs/lane_repair.py): the same commits, the same state, so the same transitions under the same ids.
+offset log (jobs/lane_log.py): the same commits, the same state, so the same transitions under the same ids.
 """
 
 from __future__ import annotations

@@ -55,6 +55,19 @@ class HadoopFiles:
             stream.close()
 
 
+    def write(self, path: str, text: str) -> None:
+        """`text` at `path`, whole or not at all: written beside it, then renamed."""
+        fs, p = self._fs(path)
+        part = self.jvm.org.apache.hadoop.fs.Path(f"{path}.part")
+        stream = fs.create(part, True)
+        try:
+            stream.write(bytearray(text.encode()))
+        finally:
+            stream.close()
+        if not fs.rename(part, p):
+            raise OSError(f"could not rename {part} to {path}")
+
+
 def next_version(offset: dict[str, Any], where: str) -> int | None:
     """The first bronze version not fully processed at a committed Delta source offset (None: all of it)."""
     version, index = int(offset["reservoirVersion"]), int(offset["index"])

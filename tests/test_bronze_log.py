@@ -1,5 +1,6 @@
 """The alert lane's source (foundation/bronze_log.py), read directly: whole commits in order, each row once, a
-replayed range read again identically, compaction's rewrites skipped, a gap in the log refused."""
+replayed range read again identically, planning alone giving the same offsets, compaction's rewrites skipped, a gap
+in the log refused."""
 
 from __future__ import annotations
 
@@ -39,12 +40,17 @@ def _rows(batches: list[pa.RecordBatch], table: str) -> pa.Table:
                                                                                                 mine.column("_version"))
 
 
+def _read(reader: BronzeLogReader, start: dict[str, int]) -> tuple[list[pa.RecordBatch], dict[str, int]]:
+    batches, end = reader.read(start)
+    return list(batches), end
+
+
 def _key(t: pa.Table) -> list[tuple[object, ...]]:
     return sorted(zip(*(t.column(c).to_pylist() for c in ("run_id", "ts", *t.column_names[3:5])), strict=True))
 
 
 def test_a_read_from_the_start_holds_every_row_of_each_table_once_with_its_version(lake: str) -> None:
-    batches, end = BronzeLogReader(lake, TABLES, {}, 1000)._read(NONE_READ, None)
+    batches, end = _read(BronzeLogReader(lake, TABLES, {}, 1000), NONE_READ)
     for td in TABLES:
         path = td.path(lake)
         stored = DeltaTable(path).to_pyarrow_table()
@@ -57,10 +63,10 @@ def test_a_read_from_the_start_holds_every_row_of_each_table_once_with_its_versi
 
 
 def test_a_capped_read_takes_whole_commits_and_successive_reads_cover_everything_once(lake: str) -> None:
-    reader = BronzeLogReader(lake, TABLES, {}, 1)
+    reader, planner = BronzeLogReader(lake, TABLES, {}, 1), BronzeLogReader(lake, TABLES, {}, 1, rows=False)
     start, seen, reads = dict(NONE_READ), {td.name: 0 for td in TABLES}, 0
     while True:
-        batches, end = reader._read(start, None)
+        batches, end = _read(reader, start)
         if end == start:
             break
         reads += 1
@@ -71,6 +77,9 @@ def test_a_capped_read_takes_whole_commits_and_successive_reads_cover_everything
         # The replay of that range reads the same rows.
         again = list(reader.readBetweenOffsets(start, end))
         assert [b.to_pylist() for b in again] == [b.to_pylist() for b in batches]
+        # Planning only, the reader gives Spark the same offsets and no row; the batch reads the same rows itself.
+        assert _read(planner, start) == ([], end)
+        assert planner.rows_between(start, end).to_pylist() == pa.Table.from_batches(batches, reader.schema).to_pylist()
         start = end
     assert reads > 3
     assert seen == {td.name: DeltaTable(td.path(lake)).to_pyarrow_table().num_rows for td in TABLES}
@@ -85,7 +94,7 @@ def test_files_rewritten_by_compaction_are_not_read_again(lake: str, tmp_path: P
     before = log_versions(path)[-1]
     DeltaTable(path).optimize.compact()
     assert log_versions(path)[-1] == before + 1
-    batches, end = BronzeLogReader(copy, [PARTITION_STATE], {}, 1000)._read({PARTITION_STATE.name: before}, None)
+    batches, end = _read(BronzeLogReader(copy, [PARTITION_STATE], {}, 1000), {PARTITION_STATE.name: before})
     assert (batches, end) == ([], {PARTITION_STATE.name: before + 1})
 
 
@@ -98,4 +107,4 @@ def test_commits_gone_from_the_log_are_refused_naming_the_table(lake: str, tmp_p
     os.remove(log / f"{1:020d}.json")
     os.remove(log / f"{2:020d}.json")
     with pytest.raises(LogGapError, match=r"bronze\.partition_state: versions 1\.\.2 are gone"):
-        BronzeLogReader(copy, TABLES, {}, 1000)._read({**NONE_READ, PARTITION_STATE.name: 0}, None)
+        _read(BronzeLogReader(copy, TABLES, {}, 1000), {**NONE_READ, PARTITION_STATE.name: 0})

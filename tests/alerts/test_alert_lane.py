@@ -20,15 +20,17 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 
+from foundation.bronze_log import BronzeLogReader
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import open_table, read_rows
 from foundation.settings import load_settings
 from jobs.alert_lane import lane_tables, validate_position
 from jobs.alert_recorder import RecordFailed
 from jobs.alert_stage import SOURCE_COLUMNS
+from jobs.lane_log import LaneLog, LaneLogError
 from jobs.validate import RunningValidation, start_validation
 from jobs.validate_alerts import claim_stages
-from jobs.validate_checkpoints import END_INDEX
+from jobs.validate_checkpoints import END_INDEX, HadoopFiles
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfigError
@@ -114,6 +116,37 @@ def test_the_lanes_first_start_continues_from_validates_last_committed_offsets(b
     assert validate_position(spark, str(checkpoint), str(bronze), lane_tables()) == {
         "broker_metrics": 7, "partition_state": 4}
     assert validate_position(spark, str(tmp_path / "none"), str(bronze), lane_tables()) == {}
+
+
+def test_the_lane_keeps_its_first_position_and_reads_each_batch_from_its_logged_offsets(bronze: Path, spark: Any,
+                                                                                       tmp_path: Path) -> None:
+    """Batch 0 starts where the first start stood, even when validate has moved on by a restart; a batch's rows are
+    the commits between the offsets Spark logged for the batch before and its own, stamped with its timestamp."""
+    checkpoint = tmp_path / "alert_lane"
+    reader = BronzeLogReader(str(bronze), lane_tables(), {}, 1000)
+    first = LaneLog(HadoopFiles(spark), str(checkpoint), reader)
+    assert first.first_position(lambda: {"partition_state": 1, "broker_metrics": 2}) == {
+        "runs": -1, "topic_configs": -1, "partition_state": 1, "broker_metrics": 2}
+    again = LaneLog(HadoopFiles(spark), str(checkpoint), reader)
+    assert again.first_position(lambda: {"partition_state": 4}) == first.first  # kept, not computed again
+    (checkpoint / "offsets").mkdir()
+    ends = [{"runs": 1, "topic_configs": 0, "partition_state": 2, "broker_metrics": 3},
+            {"runs": 4, "topic_configs": 0, "partition_state": 4, "broker_metrics": 4}]
+    for batch_id, end in enumerate(ends):
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000 + batch_id, "conf": {}}
+        (checkpoint / "offsets" / str(batch_id)).write_text("\n".join(["v1", json.dumps(meta), json.dumps(end)]))
+    tables = [{"runs", "topic_configs", "partition_state", "broker_metrics"},  # topic_configs: one commit, version 0
+              {"runs", "partition_state", "broker_metrics"}]
+    for batch_id, start in ((0, first.first), (1, ends[0])):
+        rows = again.rows(batch_id)
+        assert rows.drop_columns("ingested_at").to_pylist() == reader.rows_between(start, ends[batch_id]).to_pylist()
+        assert set(rows.column("ingested_at").cast(pa.int64()).to_pylist()) == {(1_700_000_000_000 + batch_id) * 1000}
+        versions = {(t, v) for t, v in zip(rows.column("_table").to_pylist(), rows.column("_version").to_pylist(),
+                                           strict=True)}
+        assert {t for t, _ in versions} == tables[batch_id]
+        assert all(start[t] < v <= ends[batch_id][t] for t, v in versions)
+    with pytest.raises(LaneLogError, match=r"offsets/2 is gone: the alert lane cannot read the commits of its batch"):
+        again.rows(2)
 
 
 def _start(spark: Any, lake: str, rules: str | None, log: Callable[[str], None] = lambda _: None,
