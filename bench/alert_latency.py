@@ -49,6 +49,7 @@ import yaml
 
 from bench.api_server import free_port
 from bench.bronze_tail import TAIL_EVERY_S, BronzeTail, Incident, Server
+from bench.process_cpu import tree_cpu_seconds
 from jobs.progress_log import read_progress
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -309,6 +310,9 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
             print(f"  {name}'s addBatch, its own steps in ms (p50 / p95): " + ", ".join(cells))
 
 
+REST = "the rest (the emulator runs; this process: the tail, the exporter, the receiver)"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--runs", type=int, default=4, help="runs of the default scenario, one after the other")
@@ -334,11 +338,15 @@ def main() -> None:
             raise SystemExit("the warm-up emulator run failed")
         tail.skip_existing()
         threading.Thread(target=tail.run, args=(stop,), daemon=True).start()
-        with isrwatch(work, lake, server.url("isrwatch"), args.lane, args.validate_trigger), \
-                peer(work, server.url("metrics"), server.url("peer")):
+        with isrwatch(work, lake, server.url("isrwatch"), args.lane, args.validate_trigger) as ours, \
+                peer(work, server.url("metrics"), server.url("peer")) as theirs:
             print(f"  ready in {time.monotonic() - began:.0f} s", flush=True)
             time.sleep(2)
             measured_from, measured_wall = time.monotonic(), time.time()
+            sides = {"isrwatch (its JVM and Python workers)": [ours.pid],
+                     "Prometheus + Alertmanager": [p.pid for p in theirs],
+                     REST: [os.getpid()]}
+            cpu_from = {side: tree_cpu_seconds(pids) for side, pids in sides.items()}
             tail.measuring = True
             for run in range(1, args.runs + 1):
                 started = time.monotonic()
@@ -349,10 +357,16 @@ def main() -> None:
                 print(f"  run {run}/{args.runs} (cluster {SCENARIO.stem}-s{run}) written in "
                       f"{time.monotonic() - started:.0f} s; {len(tail.incidents)} incidents so far", flush=True)
             time.sleep(15)   # the last commits' notifications
+            cpu = {side: tree_cpu_seconds(pids) - cpu_from[side] for side, pids in sides.items()}
+            wall = time.monotonic() - measured_from
         print(f"\nbronze commit -> webhook POST, {args.runs} live run(s) of {SCENARIO.name} pooled, 2 cores shared "
               f"by the emulator, isrwatch (validate + alerts), Prometheus, Alertmanager and this process")
         report(tail, server, measured_from)
         breakdown(read_progress(work / "progress.jsonl"), measured_wall)
+        # the rest's tree holds the other two: what is left is its own
+        cpu[REST] -= sum(v for side, v in cpu.items() if side != REST)
+        print(f"\n  CPU over the measured {wall:.0f} s (2 cores): " + "; ".join(
+            f"{side} {seconds:.0f} s ({seconds / wall:.2f} cores)" for side, seconds in cpu.items()))
     finally:
         stop.set()
         server.http.shutdown()
