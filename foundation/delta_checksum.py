@@ -104,11 +104,12 @@ def _write_atomically(path: Path, state: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def write_with_checksum(path: str, rows: pa.Table, *, table: DeltaTable | None = None, **write_args: Any) -> int:
+def write_with_checksum(path: str, rows: pa.Table, *, table: DeltaTable | None = None, checksum: bool = True,
+                        **write_args: Any) -> int:
     """`write_deltalake(path, rows, **write_args)`, then the new version's checksum; the version committed.
     `table`, the table at `path` already open, saves opening it (a log replay since the last checkpoint); the
     write brings it to the new version. Checksums are written only on a local file system (a plain path or
-    file: URI)."""
+    file: URI), and not at all without `checksum` (the next write with one fills it in)."""
     options = storage_options(path)
     if table is None:
         try:
@@ -122,6 +123,6 @@ def write_with_checksum(path: str, rows: pa.Table, *, table: DeltaTable | None =
         write_deltalake(path, rows, storage_options=options, **write_args)
         version = DeltaTable(path, storage_options=options).version()
     parts = urlsplit(path)
-    if parts.scheme in ("", "file"):
+    if checksum and parts.scheme in ("", "file"):
         write_checksum(parts.path if parts.scheme else path, version)
     return version

@@ -7,6 +7,7 @@ version for the app id and skips a write it already committed: a replayed micro-
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -76,7 +77,9 @@ class AppVersions:
             return False
         extra: dict[str, Any] = {} if predicate is None else {"predicate": predicate}
         path = td.path(lakehouse)
-        table = self.opened.get(path)
+        # Taken out while in use: after a failed write (a conflict, a store listing a commit late) the next one
+        # opens the table afresh rather than trusting a copy that may be stuck.
+        table = self.opened.pop(path, None)
         if table is None:
             table = open_table(td, lakehouse)
         else:
@@ -92,6 +95,32 @@ class AppVersions:
 
 def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:
     write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode="append")
+
+
+@dataclass
+class KeptOpen:
+    """Appends to one table from several threads, each keeping the table open between its appends: an append brings
+    the thread's copy up to date (`update_incremental`: the commits since, other writers' too) instead of opening
+    the table, which replays its log since the last checkpoint."""
+
+    td: TableDef
+    lakehouse: str
+    local: threading.local = field(default_factory=threading.local)
+
+    def append(self, rows: pa.Table, checksum: bool = True) -> int:
+        """The version committed. Without `checksum` the version's `.crc` is left to the next append with one
+        (`write_checksum` fills in every missing one since the newest): a reader meanwhile replays the log."""
+        table = getattr(self.local, "table", None)
+        self.local.table = None  # after a failed append the next one opens the table afresh (see AppVersions)
+        if table is None:
+            table = open_table(self.td, self.lakehouse)
+        else:
+            table.update_incremental()
+        version = write_with_checksum(_local_dir(self.td, self.lakehouse), rows.cast(self.td.arrow_schema),
+                                      mode="append", table=table, checksum=checksum)
+        if table is not None:
+            self.local.table = table
+        return version
 
 
 def ensure_table(td: TableDef, lakehouse: str) -> None:

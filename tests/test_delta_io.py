@@ -3,6 +3,8 @@ versions are read from the table once per process."""
 
 from __future__ import annotations
 
+import threading
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,3 +84,45 @@ def test_ensure_table_refuses_to_add_a_column_that_cannot_be_null(tmp_path: Path
     write_deltalake(DELIVERIES.path(lake), schema.empty_table())
     with pytest.raises(ValueError, match=r"gold.deliveries .* lacks column\(s\) \['outcome'\] that cannot be null"):
         delta_io.ensure_table(DELIVERIES, lake)
+
+
+def test_a_table_kept_open_per_thread_takes_every_append_and_opens_once_per_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Threads appending through one KeptOpen: every row lands, each thread opens the table once and sees the others'
+    commits; an append without its checksum gets it from the next append with one."""
+    lake = str(tmp_path / "lakehouse")
+    delta_io.ensure_table(DELIVERIES, lake)
+    opened: list[int] = []
+    real = delta_io.open_table
+
+    def counting(td: Any, lakehouse: str) -> Any:
+        opened.append(threading.get_ident())
+        return real(td, lakehouse)
+
+    monkeypatch.setattr(delta_io, "open_table", counting)
+    kept = delta_io.KeptOpen(DELIVERIES, lake)
+
+    def appends(n: int) -> None:
+        for i in range(5):
+            kept.append(pa.Table.from_pylist([_delivery(f"t{n}-{i}")], schema=DELIVERIES.arrow_schema))
+
+    threads = [threading.Thread(target=appends, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(opened) == 3 and len(set(opened)) == 3
+    ids = DeltaTable(DELIVERIES.path(lake)).to_pyarrow_table().column("delivery_id").to_pylist()
+    assert sorted(ids) == sorted(f"t{n}-{i}" for n in range(3) for i in range(5))
+    log = Path(DELIVERIES.path(lake)) / "_delta_log"
+    bare = kept.append(pa.Table.from_pylist([_delivery("bare")], schema=DELIVERIES.arrow_schema), checksum=False)
+    assert not (log / f"{bare:020d}.crc").exists()
+    after = kept.append(pa.Table.from_pylist([_delivery("after")], schema=DELIVERIES.arrow_schema))
+    assert after == bare + 1 and (log / f"{bare:020d}.crc").exists() and (log / f"{after:020d}.crc").exists()
+
+
+def _delivery(delivery_id: str) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {"delivery_id": delivery_id, "event_id": "e", "receiver": "r", "rule": "R", "fingerprint": "f",
+            "alert_status": "firing", "attempt": 1, "outcome": "sending", "http_status": None, "error": None,
+            "attempted_at": now, "duration_ms": 0.0, "next_attempt_at": None}
