@@ -24,12 +24,12 @@ from foundation.bronze_log import BronzeLogReader
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import open_table, read_rows
 from foundation.settings import load_settings
-from jobs.alert_lane import lane_tables, validate_position
+from jobs.alert_lane import LaneBatches, lane_tables, validate_position
 from jobs.alert_recorder import RecordFailed
-from jobs.alert_stage import SOURCE_COLUMNS
+from jobs.alert_stage import SOURCE_COLUMNS, build_stage
 from jobs.lane_log import LaneLog, LaneLogError
 from jobs.validate import RunningValidation, start_validation
-from jobs.validate_alerts import claim_stages
+from jobs.validate_alerts import SilverAlerts, claim_stages
 from jobs.validate_checkpoints import END_INDEX, HadoopFiles
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
 from pipelines.alert_engine import AlertEngine
@@ -129,12 +129,9 @@ def test_the_lane_keeps_its_first_position_and_reads_each_batch_from_its_logged_
         "runs": -1, "topic_configs": -1, "partition_state": 1, "broker_metrics": 2}
     again = LaneLog(HadoopFiles(spark), str(checkpoint), reader)
     assert again.first_position(lambda: {"partition_state": 4}) == first.first  # kept, not computed again
-    (checkpoint / "offsets").mkdir()
     ends = [{"runs": 1, "topic_configs": 0, "partition_state": 2, "broker_metrics": 3},
             {"runs": 4, "topic_configs": 0, "partition_state": 4, "broker_metrics": 4}]
-    for batch_id, end in enumerate(ends):
-        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000 + batch_id, "conf": {}}
-        (checkpoint / "offsets" / str(batch_id)).write_text("\n".join(["v1", json.dumps(meta), json.dumps(end)]))
+    _log_offsets(checkpoint, ends)
     tables = [{"runs", "topic_configs", "partition_state", "broker_metrics"},  # topic_configs: one commit, version 0
               {"runs", "partition_state", "broker_metrics"}]
     for batch_id, start in ((0, first.first), (1, ends[0])):
@@ -147,6 +144,39 @@ def test_the_lane_keeps_its_first_position_and_reads_each_batch_from_its_logged_
         assert all(start[t] < v <= ends[batch_id][t] for t, v in versions)
     with pytest.raises(LaneLogError, match=r"offsets/2 is gone: the alert lane cannot read the commits of its batch"):
         again.rows(2)
+
+
+def _log_offsets(checkpoint: Path, ends: list[dict[str, int]]) -> None:
+    """The lane's offset log as Spark writes it, batch `i` ending at `ends[i]`, stamped 1_700_000_000_000 + i ms."""
+    (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+    for batch_id, end in enumerate(ends):
+        meta = {"batchWatermarkMs": 0, "batchTimestampMs": 1_700_000_000_000 + batch_id, "conf": {}}
+        (checkpoint / "offsets" / str(batch_id)).write_text("\n".join(["v1", json.dumps(meta), json.dumps(end)]))
+
+
+def test_a_batch_of_reference_rows_only_is_recorded_all_the_same(bronze: Path, spark: Any, tmp_path: Path) -> None:
+    """A batch holding only runs and topic_configs rows gives the rules nothing, yet its record is written: the
+    recorded batch keeps up with Spark's, so a restart never replays further back than the offset log keeps."""
+    lake = str(tmp_path / "lakehouse")
+    shutil.copytree(bronze, lake)
+    stage = build_stage(lake, "lane", LANE, tuple(r.name for r in KEPT.rules), "alert_lane", webhooks=False,
+                        driver_max_rows=500_000, maintain_every_batches=600, log=lambda _: None)
+    stage.bind("test-lane")
+    checkpoint = tmp_path / "alert_lane"
+    none = {td.name: -1 for td in lane_tables()}
+    _log_offsets(checkpoint, [{**none, "runs": 0, "topic_configs": 0}, {**none, "runs": 1, "partition_state": 0,
+                                                                          "broker_metrics": 0, "topic_configs": 0}])
+    log = LaneLog(HadoopFiles(spark), str(checkpoint), BronzeLogReader(lake, lane_tables(), {}, 1000), none)
+    batches = LaneBatches(lane_tables(), SilverAlerts(spark, lake, stage), lake, 60_000_000, log, "test-query")
+    batches.started.set()
+    try:
+        for batch_id in (0, 1):
+            batches(None, batch_id)  # type: ignore[arg-type]  # the lane's batch reads its rows, not Spark's
+            batches.recorder.flush()
+            assert stage.versions.committed(ALERTS_STATE, lake) == batch_id
+    finally:
+        batches.recorder.stop()
+    assert {r["kind"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} >= {"last_hw", "last_seen"}  # batch 1's
 
 
 def _start(spark: Any, lake: str, rules: str | None, log: Callable[[str], None] = lambda _: None,
