@@ -45,7 +45,7 @@ from jobs.lane_log import LaneLog, replay_unrecorded
 from jobs.step_clock import StepClock
 from jobs.streaming import asked_to_die, die_here_if_asked, wait_started
 from jobs.validate_alerts import HandedOver, SilverAlerts, lane_on, rule_split
-from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version
+from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version, offset_log_entry
 from pipelines.alert_config import LANE_TABLES
 from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
 from schemas.table import TableDef
@@ -162,15 +162,14 @@ def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tabl
     committed = [int(n) for n in files.names(f"{checkpoint}/commits") if n.isdigit()]
     if not committed:
         return {}
-    ids = {}
+    ids: dict[str, str] = {}
     for td in tables:
         table = open_table(td, lakehouse)
         if table is not None:
-            ids[table.metadata().id] = td.name
+            ids[str(table.metadata().id)] = td.name
     position = {}
-    for line in files.read(f"{checkpoint}/offsets/{max(committed)}").splitlines()[2:]:  # v1, metadata, one a source
-        offset = json.loads(line)
-        name = ids.get(offset.get("reservoirId"))
+    for offset in offset_log_entry(files, f"{checkpoint}/offsets/{max(committed)}")[1]:
+        name = ids.get(str((offset or {}).get("reservoirId")))
         if name is None:
             continue
         try:

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from foundation.bronze_log import BronzeLogReader
 from jobs.alert_stage import AlertStage
-from jobs.validate_checkpoints import HadoopFiles
+from jobs.validate_checkpoints import HadoopFiles, offset_log_entry
 from schemas.gold import ALERTS_STATE
 
 
@@ -37,6 +37,8 @@ class LaneLog:
     checkpoint: str
     reader: BronzeLogReader
     first: dict[str, int] = field(default_factory=dict)  # the offsets before batch 0 (`first_position`)
+    # The last batch read and its end offsets: the next batch starts there, without reading that file again.
+    last: tuple[int, dict[str, int]] | None = None
 
     def query_id(self) -> str | None:
         """The query id the checkpoint keeps across restarts (None before the first start)."""
@@ -59,9 +61,15 @@ class LaneLog:
     def rows(self, batch_id: int) -> pa.Table:
         """The batch's rows in the source's shape, with the batch's own timestamp as `ingested_at` (what
         `current_timestamp()` gives a micro-batch)."""
-        start = self._offsets(batch_id - 1)[1] if batch_id > 0 else self.first
+        if batch_id == 0:
+            start = self.first
+        elif self.last is not None and self.last[0] == batch_id - 1:
+            start = self.last[1]
+        else:  # the first batch after a start, or a replay
+            start = self._offsets(batch_id - 1)[1]
         meta, end = self._offsets(batch_id)
         rows = self.reader.rows_between(start, end)
+        self.last = (batch_id, end)
         at_us = int(meta["batchTimestampMs"]) * 1000
         return rows.append_column("ingested_at", pa.array([at_us] * rows.num_rows, pa.timestamp("us", tz="UTC")))
 
@@ -72,8 +80,8 @@ class LaneLog:
             raise LaneLogError(f"{path} is gone: the alert lane cannot read the commits of its batch {batch_id} "
                                f"again. Delete the lane's checkpoint ({self.checkpoint}) to start again from "
                                "validate's position")
-        lines = self.files.read(path).splitlines()
-        return json.loads(lines[1]), {k: int(v) for k, v in json.loads(lines[2]).items()}
+        meta, offsets = offset_log_entry(self.files, path)
+        return meta, {k: int(v) for k, v in offsets[0].items()}  # the lane's query has one source
 
 
 def replay_unrecorded(log: LaneLog, stage: AlertStage, replay: Callable[[int], None],

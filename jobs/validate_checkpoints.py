@@ -54,7 +54,6 @@ class HadoopFiles:
         finally:
             stream.close()
 
-
     def write(self, path: str, text: str) -> None:
         """`text` at `path`, whole or not at all: written beside it, then renamed."""
         fs, p = self._fs(path)
@@ -66,6 +65,15 @@ class HadoopFiles:
             stream.close()
         if not fs.rename(part, p):
             raise OSError(f"could not rename {part} to {path}")
+
+
+def offset_log_entry(files: HadoopFiles, path: str) -> tuple[dict[str, Any], list[Any]]:
+    """(the batch's metadata, one offset per source, in the query's source order) from a file of a streaming query's
+    offset log: 'v1', the metadata, then one line per source ('-' for a source without an offset yet)."""
+    lines = files.read(path).splitlines()
+    if not lines or lines[0] != "v1" or len(lines) < 2:
+        raise ValueError(f"{path}: not an offset log entry Spark 4 writes (first line 'v1', then the metadata)")
+    return json.loads(lines[1]), [None if line == "-" else json.loads(line) for line in lines[2:]]
 
 
 def next_version(offset: dict[str, Any], where: str) -> int | None:
@@ -94,9 +102,8 @@ def continue_from_per_table_checkpoints(spark: SparkSession, checkpoint_root: st
         committed = [int(n) for n in files.names(f"{old}/commits") if n.isdigit()]
         if not committed:
             continue
-        lines = files.read(f"{old}/offsets/{max(committed)}").splitlines()
-        # v1, the batch's metadata, then one offset per source: the old query had one source.
-        version = next_version(json.loads(lines[2]), old)
+        offset = offset_log_entry(files, f"{old}/offsets/{max(committed)}")[1][0]  # the old query had one source
+        version = None if offset is None else next_version(offset, old)
         if version is not None:
             starting[name] = version
             log(f"validate: {name} continues from bronze version {version} (the per-table checkpoint {old})")

@@ -136,6 +136,8 @@ def test_the_lane_keeps_its_first_position_and_reads_each_batch_from_its_logged_
               {"runs", "partition_state", "broker_metrics"}]
     for batch_id, start in ((0, first.first), (1, ends[0])):
         rows = again.rows(batch_id)
+        if batch_id == 0:  # batch 1 starts at batch 0's end offsets, kept in memory: its file is not read again
+            (checkpoint / "offsets" / "0").rename(checkpoint / "batch-0")
         assert rows.drop_columns("ingested_at").to_pylist() == reader.rows_between(start, ends[batch_id]).to_pylist()
         assert set(rows.column("ingested_at").cast(pa.int64()).to_pylist()) == {(1_700_000_000_000 + batch_id) * 1000}
         versions = {(t, v) for t, v in zip(rows.column("_table").to_pylist(), rows.column("_version").to_pylist(),
@@ -144,6 +146,12 @@ def test_the_lane_keeps_its_first_position_and_reads_each_batch_from_its_logged_
         assert all(start[t] < v <= ends[batch_id][t] for t, v in versions)
     with pytest.raises(LaneLogError, match=r"offsets/2 is gone: the alert lane cannot read the commits of its batch"):
         again.rows(2)
+    restarted = LaneLog(HadoopFiles(spark), str(checkpoint), reader, first.first)  # nothing in memory: reads the file
+    with pytest.raises(LaneLogError, match=r"offsets/0 is gone: the alert lane cannot read the commits of its batch 0"):
+        restarted.rows(1)
+    (checkpoint / "batch-0").rename(checkpoint / "offsets" / "0")
+    again_1 = restarted.rows(1).drop_columns("ingested_at")
+    assert again_1.to_pylist() == reader.rows_between(ends[0], ends[1]).to_pylist()
 
 
 def _log_offsets(checkpoint: Path, ends: list[dict[str, int]]) -> None:

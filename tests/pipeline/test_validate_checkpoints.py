@@ -12,8 +12,10 @@ from deltalake import DeltaTable
 from jobs.validate_checkpoints import (
     END_INDEX,
     CheckpointMigrationError,
+    HadoopFiles,
     continue_from_per_table_checkpoints,
     next_version,
+    offset_log_entry,
 )
 from schemas.bronze import BROKER_METRICS
 from schemas.silver import SILVER_TABLES
@@ -27,6 +29,18 @@ def test_next_version_after_a_committed_delta_source_offset() -> None:
     assert next_version({"reservoirVersion": 7, "index": -1, "isStartingVersion": True}, "x") is None
     with pytest.raises(CheckpointMigrationError, match="stopped inside bronze version 7 \\(file 3\\)"):
         next_version({"reservoirVersion": 7, "index": 3, "isStartingVersion": False}, "x")
+
+
+def test_an_offset_log_entry_reads_its_metadata_and_one_offset_per_source(spark: Any, tmp_path: Path) -> None:
+    """Spark's format: 'v1', the batch's metadata, one line per source in the query's order, '-' for a source that
+    has no offset yet. Anything else is refused by name."""
+    entry = tmp_path / "3"
+    entry.write_text('v1\n{"batchTimestampMs": 17}\n{"reservoirVersion": 2}\n-\n{"a": 1}')
+    assert offset_log_entry(HadoopFiles(spark), str(entry)) == (
+        {"batchTimestampMs": 17}, [{"reservoirVersion": 2}, None, {"a": 1}])
+    entry.write_text('v2\n{"batchTimestampMs": 17}')
+    with pytest.raises(ValueError, match=r"3: not an offset log entry Spark 4 writes"):
+        offset_log_entry(HadoopFiles(spark), str(entry))
 
 
 def _old_checkpoint(root: Path, table: str, batches: list[dict[str, Any]], committed: int) -> None:
