@@ -44,7 +44,7 @@ from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_c
 from jobs.lane_log import LaneLog, replay_unrecorded
 from jobs.step_clock import StepClock
 from jobs.streaming import asked_to_die, die_here_if_asked, wait_started
-from jobs.validate_alerts import HandedOver, SilverAlerts, lane_on, rule_split
+from jobs.validate_alerts import SilverAlerts, lane_on, rule_split
 from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version, offset_log_entry
 from pipelines.alert_config import LANE_TABLES
 from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
@@ -98,10 +98,8 @@ class LaneBatches:
         stage = self.alerts.stage
         handed = self.alerts.on_driver(batch_id, routed)
         clock.lap("alerts handed over")
-        if handed is None and not stage.applied(batch_id):
-            # No row of the rules' tables (only reference rows): recorded all the same, so the recorded batch keeps
-            # up with Spark's and a restart never has to replay further back than the offset log keeps.
-            handed = HandedOver(batch_id, [], 0, time.monotonic())
+        # Every batch but a recorded replay is recorded, one without rows for the rules (only reference rows) too: the
+        # recorded batch keeps up with Spark's, and a restart never replays further back than the offset log keeps.
         if handed is not None:
             record = stage.snapshot(handed.batch_id, handed.events, handed.rows, handed.began)
             if behind:

@@ -158,7 +158,7 @@ class UnionValidator:
                 clock.lap("alerts handed over")
             self._write(routed, batch_id)
             clock.lap("silver and quarantine")
-            if alerts is not None and handed is not None:
+            if alerts is not None and handed is not None and handed.rows:  # a batch without rule rows: no record
                 alerts.record(handed)
                 clock.lap("alerts recorded")
         elif alerts is not None:  # on the rows just written to silver, before GE's report

@@ -98,14 +98,16 @@ class SilverAlerts:
     def on_driver(self, batch_id: int, routed: list[RoutedOnDriver]) -> HandedOver | None:
         """A batch checked on the driver: its valid rows of the rules' tables (as the alerts job would read them from
         silver) evaluated and the transitions handed to the webhook lanes, before silver is written. The caller
-        records them (`record`) once silver holds the rows. None: nothing to record (a replay, or no rows)."""
+        records them (`record`) once silver holds the rows. None: a replay the stage has recorded already; a batch
+        with no valid row of the rules' tables is handed over empty (`rows` 0), and the caller decides whether it is
+        worth a record."""
         if self.stage.applied(batch_id):
             return None  # a replay after a crash: the state loaded at start includes it
         began = time.monotonic()
         frames = [r.valid.select(["run_id", "ts", *SOURCE_COLUMNS[r.table]]).to_pandas().assign(_source=r.table)
                   for r in routed if r.table in self.tables and r.valid is not None and r.valid.num_rows]
         if not frames:
-            return None
+            return HandedOver(batch_id, [], 0, began)
         rows = pd.concat(frames, ignore_index=True)
         return HandedOver(batch_id, self.stage.hand_over(batch_id, self.stage.step_rows(rows)), len(rows), began)
 

@@ -15,6 +15,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pandas as pd
 import pyarrow as pa
@@ -29,7 +30,7 @@ from jobs.alert_recorder import RecordFailed
 from jobs.alert_stage import SOURCE_COLUMNS, build_stage
 from jobs.lane_log import LaneLog, LaneLogError
 from jobs.validate import RunningValidation, start_validation
-from jobs.validate_alerts import SilverAlerts, claim_stages
+from jobs.validate_alerts import HandedOver, SilverAlerts, claim_stages
 from jobs.validate_checkpoints import END_INDEX, HadoopFiles
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
 from pipelines.alert_engine import AlertEngine
@@ -182,6 +183,9 @@ def test_a_batch_of_reference_rows_only_is_recorded_all_the_same(bronze: Path, s
             batches(None, batch_id)  # type: ignore[arg-type]  # the lane's batch reads its rows, not Spark's
             batches.recorder.flush()
             assert stage.versions.committed(ALERTS_STATE, lake) == batch_id
+        # What on_driver tells apart: a batch without rule rows is handed over empty; a recorded batch is a replay.
+        assert batches.alerts.on_driver(2, []) == HandedOver(2, [], 0, ANY)
+        assert batches.alerts.on_driver(1, []) is None
     finally:
         batches.recorder.stop()
     assert {r["kind"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} >= {"last_hw", "last_seen"}  # batch 1's
