@@ -93,10 +93,6 @@ class AppVersions:
         return True
 
 
-def append(td: TableDef, lakehouse: str, rows: pa.Table) -> None:
-    write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode="append")
-
-
 @dataclass
 class KeptOpen:
     """Appends to one table from several threads, each keeping the table open between its appends: an append brings

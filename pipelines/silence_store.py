@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from foundation.delta_io import append, open_table
+from foundation.delta_io import KeptOpen, open_table
 from pipelines.silences import Matcher, Silence, SilenceError, check_matchers, silenced_by
 from schemas.api_tables import SILENCES
 
@@ -39,6 +39,7 @@ class SilenceStore:
     def __init__(self, lakehouse: str, *, refresh_s: float = 1.0) -> None:
         self.lakehouse = lakehouse
         self.refresh_s = refresh_s
+        self._writes = KeptOpen(SILENCES, lakehouse)
         self._cache: tuple[int, list[Silence]] | None = None
         self._checked = float("-inf")
         self._lock = threading.Lock()
@@ -107,6 +108,6 @@ class SilenceStore:
         return ended
 
     def _append(self, s: Silence) -> None:
-        append(SILENCES, self.lakehouse, pa.Table.from_pylist([_row(s)], schema=SILENCES.arrow_schema))
+        self._writes.append(pa.Table.from_pylist([_row(s)], schema=SILENCES.arrow_schema))
         with self._lock:
             self._checked = float("-inf")   # read our own write

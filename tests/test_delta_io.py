@@ -70,7 +70,7 @@ def test_ensure_table_adds_new_nullable_columns_to_a_table_written_before_them(t
     rows = table.to_pyarrow_table().to_pylist()
     assert [(r["fingerprint"], r["status"], r["flapping"]) for r in rows] == [("f", "firing", None)]
     new_row = {**old_row, "fingerprint": "g", "flapping": True}
-    delta_io.append(ALERTS, lake, pa.Table.from_pylist([new_row], schema=ALERTS.arrow_schema))
+    delta_io.KeptOpen(ALERTS, lake).append(pa.Table.from_pylist([new_row], schema=ALERTS.arrow_schema))
     got = sorted((r["fingerprint"], r["flapping"])
                  for r in DeltaTable(ALERTS.path(lake)).to_pyarrow_table().to_pylist())
     assert got == [("f", None), ("g", True)]
