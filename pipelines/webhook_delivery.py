@@ -8,17 +8,20 @@ not retried) or given up (`give_up_after` / `max_attempts`). A transition matche
 (api.silences, set through the API) is recorded as silenced and not sent.
 
 Every attempt is on record, written before the POST and again after it: an intent row (outcome `sending`)
-is committed to gold.deliveries before the POST, and the outcome row (same delivery_id and attempt) after.
-A delta-rs commit per POST would be slow, so a lane commits the intents of its head and the items queued
-behind it together (at most `INTENTS_PER_COMMIT`, each at its next attempt number) and POSTs them in order:
-one commit per 50 POSTs of a backlog. A lane POSTs an item only once its intent is committed; outcome rows
-are buffered and flushed every `flush_every_s`. So a POST that was made always has a committed intent, while
-its outcome may be lost with the process. At most `INTENTS_PER_COMMIT` intents of a lane are committed and
-not yet POSTed; when the lane stops (not when it dies) those get the outcome `not_sent`.
+is committed before the POST, and the outcome row (same delivery_id and attempt) after. A lane commits the
+intents of its head and the items queued behind it together (at most `INTENTS_PER_COMMIT`, each at its next
+attempt number) and POSTs them in order. Where an intent is committed: with a `journal` (a local lakehouse),
+to a write-ahead journal on the local disk (foundation/journal.py, ~1 ms), which the flusher folds into
+gold.deliveries with the outcome rows; without one (an object store), to gold.deliveries itself, one delta-rs
+commit (~40-100 ms) per 50 POSTs of a backlog. A lane POSTs an item only once its intent is committed;
+outcome rows are buffered and flushed every `flush_every_s`. So a POST that was made always has a committed
+intent, while its outcome may be lost with the process. At most `INTENTS_PER_COMMIT` intents of a lane are
+committed and not yet POSTed; when the lane stops (not when it dies) those get the outcome `not_sent`.
 
-Restart: `recover()` gives every intent without an outcome the outcome `unknown` (the receiver may have
-got it) and re-queues every routed transition in gold.alert_events without a final outcome, at the next
-attempt number, so a receiver down across a restart still gets everything, in order. Delivery is at least
+Restart: `recover()` folds the intents a crash left in the journal into gold.deliveries, gives every intent
+without an outcome the outcome `unknown` (the receiver may have got it) and re-queues every routed
+transition in gold.alert_events without a final outcome, at the next attempt number, so a receiver down
+across a restart still gets everything, in order. Delivery is at least
 once; receivers de-duplicate on the delivery id (`<event_id>@<receiver>`), the same on every attempt, in
 the X-Isrwatch-Delivery header and the payload's `isrwatchDeliveryId` (docs/webhooks.md).
 """
@@ -43,6 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from foundation.delta_io import KeptOpen, ensure_table, read_rows
+from foundation.journal import Journal
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.alertmanager import (
     ATTEMPT_HEADER,
@@ -205,7 +209,7 @@ class Lane(threading.Thread):
 class WebhookDispatcher:
     def __init__(self, config: AlertConfig, lakehouse: str, *, flush_every_s: float = 0.5,
                  rng: random.Random | None = None, log: Callable[[str], None] = lambda _: None,
-                 owns: Callable[[str], bool] = lambda _event_id: True) -> None:
+                 owns: Callable[[str], bool] = lambda _event_id: True, journal: str | None = None) -> None:
         self.config, self.lakehouse, self.flush_every_s = config, lakehouse, flush_every_s
         # Which gold.alert_events rows are this dispatcher's to recover (validate's and the alerts job's engines
         # each have one: jobs/alert_stage.py).
@@ -217,7 +221,11 @@ class WebhookDispatcher:
         self.lanes = {r.name: Lane(self, r) for r in config.receivers}
         self._records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         self.deliveries = KeptOpen(DELIVERIES, lakehouse)  # each lane and the flusher keep it open
+        # The intents' write-ahead journal (its own directory: one dispatcher writes it), or None: intents are
+        # committed to gold.deliveries.
+        self.journal = None if journal is None else Journal(journal, DELIVERIES.arrow_schema)
         self._flusher = threading.Thread(target=self._flush_loop, name="webhook-records", daemon=True)
         self.delivered = 0
         self.posts = 0
@@ -244,6 +252,8 @@ class WebhookDispatcher:
         if self._flusher.is_alive():
             self._flusher.join(10)
         self.flush()
+        if self.journal is not None:
+            self.journal.close()
 
     def wait_idle(self, timeout_s: float) -> bool:
         """True once every lane's queue is empty and its records are flushed (tests, demo)."""
@@ -257,20 +267,28 @@ class WebhookDispatcher:
 
     # -- input -----------------------------------------------------------------------------------------
     def recover(self) -> int:
-        """End every intent left without an outcome (`unknown`), then queue every routed transition that
-        has no final outcome yet, in alert_events order, at its next attempt number."""
-        done = [d for d in read_rows(DELIVERIES, self.lakehouse,
-                                     ["delivery_id", "event_id", "receiver", "rule", "fingerprint", "alert_status",
-                                      "attempt", "outcome"]).to_pylist() if self.owns(d["event_id"])]
+        """Fold the journal a crash left, end every intent left without an outcome (`unknown`), then queue every
+        routed transition that has no final outcome yet, in alert_events order, at its next attempt number."""
+        columns = ["delivery_id", "event_id", "receiver", "rule", "fingerprint", "alert_status", "attempt", "outcome"]
+        done = [d for d in read_rows(DELIVERIES, self.lakehouse, columns).to_pylist() if self.owns(d["event_id"])]
+        segments = self.journal.seal() if self.journal is not None else []
+        # A crash between a fold's commit and its segments' removal leaves rows the table holds already.
+        on_record = {(d["delivery_id"], d["attempt"], d["outcome"]) for d in done}
+        journaled = [r for s in segments for r in s.rows.to_pylist()
+                     if (r["delivery_id"], r["attempt"], r["outcome"]) not in on_record]
+        done += [{c: r[c] for c in columns} for r in journaled]
         ended = {(d["delivery_id"], d["attempt"]) for d in done if d["outcome"] != INTENT}
         unresolved = {(d["delivery_id"], d["attempt"]): d for d in done
                       if d["outcome"] == INTENT and (d["delivery_id"], d["attempt"]) not in ended}
-        if unresolved:
-            now = datetime.now(UTC)
-            rows = [{**d, "outcome": "unknown", "http_status": None, "error": UNKNOWN_ERROR, "attempted_at": now,
-                     "duration_ms": 0.0, "next_attempt_at": None} for d in unresolved.values()]
-            self.deliveries.append(pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema))
-            self.log(f"webhooks: {len(rows)} attempt(s) without an outcome recorded as unknown (sent again)")
+        now = datetime.now(UTC)
+        unknown = [{**d, "outcome": "unknown", "http_status": None, "error": UNKNOWN_ERROR, "attempted_at": now,
+                    "duration_ms": 0.0, "next_attempt_at": None} for d in unresolved.values()]
+        if journaled or unknown:
+            self.deliveries.append(pa.Table.from_pylist(journaled + unknown, schema=DELIVERIES.arrow_schema))
+        if self.journal is not None:
+            self.journal.drop(segments)
+        if unknown:
+            self.log(f"webhooks: {len(unknown)} attempt(s) without an outcome recorded as unknown (sent again)")
         events = read_rows(ALERT_EVENTS, self.lakehouse)
         if not events.num_rows:
             return 0
@@ -307,9 +325,12 @@ class WebhookDispatcher:
     def commit_intents(self, attempts: list[tuple[Pending, int]], r: Receiver) -> None:
         """One commit of intent rows (outcome `sending`), before any of these attempts' POSTs."""
         now = datetime.now(UTC)
-        rows = [_row(item, r, attempt, INTENT, None, None, now, 0.0, None) for item, attempt in attempts]
-        # Between the hand-over and the POST: no `.crc` here (~30 ms), the flusher's next commit writes it.
-        self.deliveries.append(pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema), checksum=False)
+        rows = pa.Table.from_pylist([_row(item, r, attempt, INTENT, None, None, now, 0.0, None)
+                                     for item, attempt in attempts], schema=DELIVERIES.arrow_schema)
+        if self.journal is not None:
+            self.journal.append(rows)
+        else:  # between the hand-over and the POST: no `.crc` here (~30 ms), the flusher's next commit writes it
+            self.deliveries.append(rows, checksum=False)
 
     def posted(self) -> None:
         """A POST was answered (or failed); its outcome is not recorded yet."""
@@ -331,15 +352,27 @@ class WebhookDispatcher:
                      f"{outcome} ({error or status})")
 
     def flush(self) -> int:
+        """The outcome rows buffered and the journal's intents, in one commit to gold.deliveries. The outcomes are
+        taken first: an outcome's intent was journaled before its POST, so it is in the segments sealed after."""
+        with self._flushing:  # one at a time: a segment sealed by one flush is not folded by another
+            return self._flush()
+
+    def _flush(self) -> int:
         with self._lock:
             rows, self._records = self._records, []
+        segments = self.journal.seal() if self.journal is not None else []
+        tables = [s.rows for s in segments]
         if rows:
+            tables.append(pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema))
+        if sum(t.num_rows for t in tables):
             try:
-                self.deliveries.append(pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema))
+                self.deliveries.append(pa.concat_tables(tables))
             except Exception:
-                with self._lock:  # keep them for the next flush
+                with self._lock:  # keep them for the next flush (the segments stay on disk until folded)
                     self._records[:0] = rows
                 raise
+        if self.journal is not None:
+            self.journal.drop(segments)
         return len(rows)
 
     def _flush_loop(self) -> None:

@@ -47,11 +47,18 @@ def store(lake: str, rows: list[dict[str, Any]], batch: int) -> None:
     write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(rows, schema=ALERT_EVENTS.arrow_schema), "test", batch)
 
 
-def dispatcher(lake: str, url: str, flush_every_s: float = 0.1, **receiver: Any) -> WebhookDispatcher:
+def dispatcher(lake: str, url: str, flush_every_s: float = 0.1, journal: bool = False,
+               **receiver: Any) -> WebhookDispatcher:
+    """`journal`: intents go to a journal in `journal_dir(lake)` (as on a local lakehouse), else to gold.deliveries."""
     r = Receiver("hook", url, secret=SECRET, timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.2,
                  **receiver)
     config = AlertConfig(CONFIG.rules, (r,), external_url="http://isrwatch.example")
-    return WebhookDispatcher(config, lake, flush_every_s=flush_every_s, rng=random.Random(1))
+    return WebhookDispatcher(config, lake, flush_every_s=flush_every_s, rng=random.Random(1),
+                             journal=journal_dir(lake) if journal else None)
+
+
+def journal_dir(lake: str) -> str:
+    return f"{lake}/_webhook_intents/test"
 
 
 def free_port() -> int:

@@ -1,7 +1,7 @@
 """A webhook dispatcher alone in a process, for the tests that SIGKILL it: it delivers what gold.alert_events
 holds (recovery at start) to one receiver and exits 0 once idle, or dies at ISRWATCH_KILL_AT.
 
-    python -m tests.alerts.webhook_child LAKEHOUSE URL [--flush-every SECONDS]
+    python -m tests.alerts.webhook_child LAKEHOUSE URL [--flush-every SECONDS] [--journal]
 """
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ def main(argv: list[str]) -> int:
     p.add_argument("lakehouse")
     p.add_argument("url")
     p.add_argument("--flush-every", type=float, default=0.5, help="seconds between outcome flushes (0.5)")
+    p.add_argument("--journal", action="store_true", help="intents to a journal, not to gold.deliveries")
     a = p.parse_args(argv)
-    d = dispatcher(a.lakehouse, a.url, flush_every_s=a.flush_every).start()
+    d = dispatcher(a.lakehouse, a.url, flush_every_s=a.flush_every, journal=a.journal).start()
     try:
         if not d.wait_idle(120):
             print("webhook_child: not idle after 120 s", file=sys.stderr)
