@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
@@ -31,12 +32,22 @@ class HadoopFiles:
     def __init__(self, spark: SparkSession) -> None:
         jvm = spark.sparkContext._jvm
         assert jvm is not None, "a classic (JVM) SparkSession"
-        self.jvm: Any = jvm
         self.conf = spark.sparkContext._jsc.hadoopConfiguration()
+        # The classes looked up once. py4j resolves `jvm.org.apache.hadoop.fs.Path` a name at a time, a round trip
+        # each, and the JVM tells a package from a class by failing to load it, which searches every jar on the
+        # class path: an exists and a read took 17 ms on an idle machine that way, against ~1 ms.
+        self.path_class: Any = jvm.org.apache.hadoop.fs.Path
+        self.io_utils: Any = jvm.org.apache.commons.io.IOUtils
+        # A file system per scheme and authority, as Hadoop caches them: getFileSystem is one more round trip.
+        self._fs_of: dict[str, Any] = {}
 
     def _fs(self, path: str) -> tuple[Any, Any]:
-        p = self.jvm.org.apache.hadoop.fs.Path(path)
-        return p.getFileSystem(self.conf), p
+        p = self.path_class(path)
+        parts = urlsplit(path)
+        key = f"{parts.scheme}://{parts.netloc}"
+        if key not in self._fs_of:
+            self._fs_of[key] = p.getFileSystem(self.conf)
+        return self._fs_of[key], p
 
     def exists(self, path: str) -> bool:
         fs, p = self._fs(path)
@@ -50,14 +61,14 @@ class HadoopFiles:
         fs, p = self._fs(path)
         stream = fs.open(p)
         try:
-            return str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+            return str(self.io_utils.toString(stream, "UTF-8"))
         finally:
             stream.close()
 
     def write(self, path: str, text: str) -> None:
         """`text` at `path`, whole or not at all: written beside it, then renamed."""
         fs, p = self._fs(path)
-        part = self.jvm.org.apache.hadoop.fs.Path(f"{path}.part")
+        part = self.path_class(f"{path}.part")
         stream = fs.create(part, True)
         try:
             stream.write(bytearray(text.encode()))
