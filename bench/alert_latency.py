@@ -367,6 +367,11 @@ def main() -> None:
         cpu[REST] -= sum(v for side, v in cpu.items() if side != REST)
         print(f"\n  CPU over the measured {wall:.0f} s (2 cores): " + "; ".join(
             f"{side} {seconds:.0f} s ({seconds / wall:.2f} cores)" for side, seconds in cpu.items()))
+        if ours.returncode != 0:  # a query failed during the runs: its load and its alerts are missing above
+            lines = (work / "pipeline.log").read_text(errors="replace").splitlines()
+            raise SystemExit(f"\nisrwatch's pipeline FAILED during the bench (exit {ours.returncode}): "
+                             + " / ".join(line for line in lines if "FAILED" in line)
+                             + f"\nthe figures above are not valid; its log: {work / 'pipeline.log'} (--keep keeps it)")
     finally:
         stop.set()
         server.http.shutdown()
