@@ -183,6 +183,7 @@ class BatchRecord:
     began: float
     on_executors: bool
     firing: int
+    merged: tuple[int, ...] = ()  # batches before `batch_id` whose records this one carries (jobs/alert_recorder.py)
 
 
 @dataclass
@@ -280,13 +281,13 @@ class AlertStage:
         die_here_if_asked(self.job, batch_id, "after_state")
         s = self.stats
         s.batch_id, s.rows_in, s.transitions = batch_id, r.rows_in, len(r.events)
-        s.batches += 1
+        s.batches += 1 + len(r.merged)
         s.executor_batches += r.on_executors
         s.firing = r.firing
         s.total_transitions += len(r.events)
         s.duration_ms = int((time.monotonic() - r.began) * 1000)
         s.busy_ms += s.duration_ms
-        if batch_id > 0 and batch_id % self.maintain_every_batches == 0:
+        if any(b > 0 and b % self.maintain_every_batches == 0 for b in (*r.merged, batch_id)):
             from foundation.delta_io import compact_and_checkpoint
 
             compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))

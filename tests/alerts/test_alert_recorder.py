@@ -1,5 +1,6 @@
 """Batch records written behind the micro-batches (jobs/alert_recorder.py): in batch order, never more than `depth`
-waiting, and a failed write fails the next batch with nothing written after it."""
+waiting, those that queued up during a write written as one, and a failed write fails the next batch with nothing
+written after it."""
 
 from __future__ import annotations
 
@@ -20,18 +21,24 @@ class SlowStage:
 
     def __init__(self, fail_at: int | None = None) -> None:
         self.written: list[int] = []
+        self.writes: list[BatchRecord] = []
         self.gate = threading.Event()
+        self.writing = threading.Event()  # set once a write has begun
         self.fail_at = fail_at
 
     def write(self, record: BatchRecord) -> None:
+        self.writing.set()
         self.gate.wait(10)
-        if record.batch_id == self.fail_at:
-            raise OSError(f"disk full at batch {record.batch_id}")
-        self.written.append(record.batch_id)
+        batches = [*record.merged, record.batch_id]
+        if self.fail_at in batches:
+            raise OSError(f"disk full at batch {self.fail_at}")
+        self.written += batches
+        self.writes.append(record)
 
 
 def record(batch_id: int) -> BatchRecord:
-    return BatchRecord(batch_id, [], [], [], 1, 0.0, False, 0)
+    return BatchRecord(batch_id, [{"event_id": f"l{batch_id}-0"}], [{"batch": batch_id}], [{"batch": batch_id}], 1,
+                       float(batch_id), False, batch_id)
 
 
 def recorder_of(stage: SlowStage, **kwargs: Any) -> BackgroundRecorder:
@@ -41,7 +48,9 @@ def recorder_of(stage: SlowStage, **kwargs: Any) -> BackgroundRecorder:
 def test_records_are_written_in_batch_order_and_at_most_depth_wait() -> None:
     stage = SlowStage()
     recorder = recorder_of(stage, depth=2)
-    for b in (1, 2, 3):  # 1 is taken by the writer (held at the gate), 2 and 3 fill the two slots
+    recorder.submit(record(1))
+    assert stage.writing.wait(10)  # 1 is taken by the writer (held at the gate) ...
+    for b in (2, 3):               # ... and 2 and 3 fill the two slots
         recorder.submit(record(b))
     fourth = threading.Thread(target=recorder.submit, args=(record(4),))
     fourth.start()
@@ -54,12 +63,32 @@ def test_records_are_written_in_batch_order_and_at_most_depth_wait() -> None:
     assert stage.written == [1, 2, 3, 4]
 
 
+def test_records_queued_during_a_write_are_written_as_one() -> None:
+    """Every batch's transitions in order, the last batch's alerts and state, the batches it carries named."""
+    stage = SlowStage()
+    recorder = recorder_of(stage, depth=4)
+    recorder.submit(record(1))
+    assert stage.writing.wait(10)  # 1 is being written (held at the gate) ...
+    for b in (2, 3, 4):            # ... while 2, 3 and 4 queue up
+        recorder.submit(record(b))
+    stage.gate.set()
+    recorder.flush()
+    recorder.stop()
+    assert stage.written == [1, 2, 3, 4]
+    one, rest = stage.writes
+    assert one == record(1)
+    assert rest == BatchRecord(4, [{"event_id": f"l{b}-0"} for b in (2, 3, 4)], [{"batch": 4}], [{"batch": 4}], 3, 2.0,
+                               False, 4, merged=(2, 3))
+
+
 def test_a_failed_write_fails_the_next_batch_and_nothing_after_it_is_written() -> None:
     stage = SlowStage(fail_at=2)
-    stage.gate.set()
     recorder = recorder_of(stage, depth=4)
-    for b in (1, 2, 3):
+    recorder.submit(record(1))
+    assert stage.writing.wait(10)  # 1 on its own; 2 and 3 in the next write, which fails
+    for b in (2, 3):
         recorder.submit(record(b))
+    stage.gate.set()
     with pytest.raises(RecordFailed, match="recording the lane stage's batches failed: OSError: disk full at batch 2"):
         recorder.flush()
     with pytest.raises(RecordFailed):
