@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -79,7 +80,7 @@ class AppVersions:
 
     app_id: str
     known: dict[str, int] = field(default_factory=dict)  # table path -> last version committed
-    opened: dict[str, DeltaTable] = field(default_factory=dict)  # table path -> the table, at its last write
+    opened: dict[str, DeltaTable | None] = field(default_factory=dict)  # table path -> the table, at its last write
 
     def committed(self, td: TableDef, lakehouse: str) -> int:
         path = td.path(lakehouse)
@@ -94,19 +95,13 @@ class AppVersions:
             return False
         extra: dict[str, Any] = {} if predicate is None else {"predicate": predicate}
         path = td.path(lakehouse)
-        # Taken out while in use: after a failed write (a conflict, a store listing a commit late) the next one
-        # opens the table afresh rather than trusting a copy that may be stuck.
-        table = self.opened.pop(path, None)
-        with committing(path):
-            if table is None:
-                table = open_table(td, lakehouse)
-            else:
-                table.update_incremental()
-            write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode, table=table,
-                                commit_properties=CommitProperties(
-                                    app_transactions=[Transaction(self.app_id, version)]), **extra)
-        if table is not None:
-            self.opened[path] = table
+
+        def write(table: DeltaTable | None) -> int:
+            return write_with_checksum(_local_dir(td, lakehouse), rows.cast(td.arrow_schema), mode=mode, table=table,
+                                       commit_properties=CommitProperties(
+                                           app_transactions=[Transaction(self.app_id, version)]), **extra)
+
+        self.opened[path], _ = _write_kept(td, lakehouse, self.opened.pop(path, None), write)
         self.known[path] = version
         return True
 
@@ -124,17 +119,28 @@ class KeptOpen:
     def append(self, rows: pa.Table, checksum: bool = True) -> int:
         """The version committed. Without `checksum` the version's `.crc` is left to the next append with one
         (`write_checksum` fills in every missing one since the newest): a reader meanwhile replays the log."""
-        table = getattr(self.local, "table", None)
-        self.local.table = None  # after a failed append the next one opens the table afresh (see AppVersions)
+        def write(table: DeltaTable | None) -> int:
+            return write_with_checksum(_local_dir(self.td, self.lakehouse), rows.cast(self.td.arrow_schema),
+                                       mode="append", table=table, checksum=checksum)
+
+        table, self.local.table = getattr(self.local, "table", None), None  # out while in use (see _write_kept)
+        self.local.table, version = _write_kept(self.td, self.lakehouse, table, write)
+        return version
+
+
+def _write_kept(td: TableDef, lakehouse: str, table: DeltaTable | None,
+                write: Callable[[DeltaTable | None], int]) -> tuple[DeltaTable | None, int]:
+    """`write` with a table its keeper has taken out: brought up to date (`update_incremental`: the commits since,
+    other writers' too), or opened when there is none (None: the table does not exist yet, `write` creates it), under
+    the process's commit lock for the table. The table to put back, and the version `write` committed. A write that
+    raises puts nothing back: the next one opens the table afresh rather than trusting a copy that may be stuck (a
+    conflict, a store listing a commit late). A table the write created is opened by the next."""
+    with committing(td.path(lakehouse)):
         if table is None:
-            table = open_table(self.td, self.lakehouse)
+            table = open_table(td, lakehouse)
         else:
             table.update_incremental()
-        version = write_with_checksum(_local_dir(self.td, self.lakehouse), rows.cast(self.td.arrow_schema),
-                                      mode="append", table=table, checksum=checksum)
-        if table is not None:
-            self.local.table = table
-        return version
+        return table, write(table)
 
 
 def ensure_table(td: TableDef, lakehouse: str) -> None:

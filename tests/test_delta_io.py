@@ -121,6 +121,51 @@ def test_a_table_kept_open_per_thread_takes_every_append_and_opens_once_per_thre
     assert after == bare + 1 and (log / f"{bare:020d}.crc").exists() and (log / f"{after:020d}.crc").exists()
 
 
+@pytest.mark.parametrize("writer", ["kept_open", "app_versions"])
+def test_a_write_that_fails_leaves_no_table_kept_and_the_next_opens_it_afresh(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writer: str) -> None:
+    """A copy kept across a failed write may be stuck (a conflict, a store listing a commit late): both keepers drop it,
+    and the next write opens the table again rather than bringing that copy up to date."""
+    lake = str(tmp_path / "lakehouse")
+    delta_io.ensure_table(DELIVERIES, lake)
+    opened: list[str] = []
+    real_open, real_write = delta_io.open_table, delta_io.write_with_checksum
+
+    def counting(td: Any, lakehouse: str) -> Any:
+        opened.append(td.name)
+        return real_open(td, lakehouse)
+
+    fail = [False]
+
+    def failing(*args: Any, **kwargs: Any) -> int:
+        if fail[0]:
+            raise OSError("store unavailable")
+        return real_write(*args, **kwargs)
+
+    monkeypatch.setattr(delta_io, "open_table", counting)
+    monkeypatch.setattr(delta_io, "write_with_checksum", failing)
+    kept, versions = delta_io.KeptOpen(DELIVERIES, lake), AppVersions("app")
+
+    def write(delivery: str, version: int) -> None:
+        rows = pa.Table.from_pylist([_delivery(delivery)], schema=DELIVERIES.arrow_schema)
+        if writer == "kept_open":
+            kept.append(rows)
+        else:
+            versions.write_once(DELIVERIES, lake, rows, version)
+
+    write("a", 0)
+    write("b", 1)
+    opens_while_kept = len(opened)
+    fail[0] = True
+    with pytest.raises(OSError, match="store unavailable"):
+        write("c", 2)
+    fail[0] = False
+    write("d", 2)
+    assert len(opened) == opens_while_kept + 1   # the failed write used the kept copy; the next opened afresh
+    ids = DeltaTable(DELIVERIES.path(lake)).to_pyarrow_table().column("delivery_id").to_pylist()
+    assert sorted(ids) == ["a", "b", "d"]
+
+
 def _delivery(delivery_id: str) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {"delivery_id": delivery_id, "event_id": "e", "receiver": "r", "rule": "R", "fingerprint": "f",
