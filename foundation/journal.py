@@ -42,6 +42,9 @@ class Journal:
         self._lock = threading.Lock()
         self._open: tuple[Path, int] | None = None  # the open segment: its path and file descriptor
         self._next = max((int(p.stem) for p in self._segments()), default=-1) + 1
+        # No segment on disk: a seal has nothing to list (a flusher seals every half second, mostly with nothing
+        # appended since). Unknown at start (a crash may have left segments): the first seal lists.
+        self._empty = False
 
     def append(self, rows: pa.Table) -> None:
         """`rows` (in `schema`) on disk when this returns."""
@@ -53,6 +56,7 @@ class Journal:
                 self._next += 1
                 self._open = (path, os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
                 _sync_dir(self.dir)  # the new file's name is durable too
+            self._empty = False
             fd = self._open[1]
             os.write(fd, data)
             os.fsync(fd)
@@ -63,14 +67,20 @@ class Journal:
             if self._open is not None:
                 os.close(self._open[1])
                 self._open = None
+            if self._empty:
+                return []
             paths = self._segments()
+            self._empty = not paths
         return [Segment(p, self._read(p)) for p in paths]
 
     def drop(self, segments: list[Segment]) -> None:
+        if not segments:
+            return
         for s in segments:
             s.path.unlink(missing_ok=True)
-        if segments:
-            _sync_dir(self.dir)
+        _sync_dir(self.dir)
+        with self._lock:
+            self._empty = self._open is None and not self._segments()
 
     def close(self) -> None:
         with self._lock:

@@ -6,6 +6,7 @@ import datetime as dt
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 from foundation.journal import Journal
 
@@ -49,3 +50,29 @@ def test_after_a_crash_the_rows_left_are_read_and_a_torn_last_line_is_skipped(tm
     assert [s.rows.column("id").to_pylist() for s in left] == [["a", "b"]]
     again.append(rows("e"))                 # into a segment of its own, after the ones left
     assert [s.path.name for s in again.seal()] == ["000000000000.jsonl", "000000000001.jsonl"]
+
+
+def test_a_seal_lists_the_directory_only_when_a_segment_may_be_there(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flusher seals every half second, mostly with nothing appended: once everything is dropped, a seal lists
+    nothing until the next append. A new journal lists once (a crash may have left segments)."""
+    j = Journal(tmp_path / "j", SCHEMA)
+    j.append(rows("a"))
+    j.close()
+    listed: list[int] = []
+    real = Journal._segments
+
+    def counting(self: Journal) -> list[Path]:
+        listed.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Journal, "_segments", counting)
+    again = Journal(tmp_path / "j", SCHEMA)       # lists once for the next segment number
+    left = again.seal()                           # lists: the crashed process's segment
+    assert [s.rows.column("id").to_pylist() for s in left] == [["a"]] and len(listed) == 2
+    again.drop(left)                              # lists once to see nothing is left
+    assert len(listed) == 3
+    assert again.seal() == [] and again.seal() == [] and len(listed) == 3
+    again.append(rows("b"))
+    assert [s.rows.column("id").to_pylist() for s in again.seal()] == [["b"]] and len(listed) == 4
+    again.close()
