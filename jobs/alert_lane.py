@@ -102,6 +102,7 @@ class LaneBatches:
         # recorded batch keeps up with Spark's, and a restart never replays further back than the offset log keeps.
         if handed is not None:
             record = stage.snapshot(handed.batch_id, handed.events, handed.rows, handed.began)
+            clock.lap("alerts snapshot")
             if behind:
                 self.recorder.submit(record)
                 clock.lap("alerts record queued")
