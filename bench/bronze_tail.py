@@ -145,6 +145,10 @@ class Server:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Kept-alive connections, as a receiver behind any HTTP server holds them: Prometheus' scrapes and both
+            # systems' POSTs reuse theirs (every response says its length).
+            protocol_version = "HTTP/1.1"
+
             def do_GET(self) -> None:
                 body = tail.exposition()
                 self.send_response(200)
@@ -160,6 +164,7 @@ class Server:
                 with lock:
                     outer.arrivals.setdefault(system, []).extend((now, a) for a in json.loads(body)["alerts"])
                 self.send_response(200)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:

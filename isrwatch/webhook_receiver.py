@@ -44,9 +44,12 @@ class WebhookPrinter:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # the dispatcher's lanes keep their connections open
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 self.send_response(outer.handle(body, self.headers.get(SIGNATURE_HEADER)))
+                self.send_header("Content-Length", "0")
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:

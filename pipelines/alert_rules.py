@@ -90,6 +90,9 @@ class Receiver:
     give_up_after_s: float = 3600.0
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
+    # How many of the receiver's alerts are POSTed at once; each alert's transitions stay in order (as Alertmanager's
+    # aggregation groups, which notify independently): a burst of N alerts takes ~N/parallel POSTs' time, not N.
+    parallel: int = 4
 
     def routes(self, severity: str, labels: dict[str, str]) -> bool:
         return severity in self.severities and all(labels.get(k) == v for k, v in self.match_labels.items())
@@ -107,11 +110,13 @@ class AlertConfig:
         return next(r for r in self.rules if r.name == name)
 
 
+MAX_PARALLEL = 32  # concurrent POSTs to one receiver: enough for any burst, few enough not to flood it
+
 _RULE_FIELDS = {"name", "source", "scope", "when", "for", "window", "keep_firing_for", "aggregate", "value",
                 "severity", "labels", "summary", "description", "runbook", "inhibited_by"}
 _TOP_LEVEL = {"rules", "receivers", "resolved_retention", "external_url", "flap_detection"}
 _RECEIVER_FIELDS = {"name", "url", "severities", "match_labels", "secret", "secret_env", "timeout", "max_attempts",
-                    "give_up_after", "backoff_initial", "backoff_max"}
+                    "give_up_after", "backoff_initial", "backoff_max", "parallel"}
 
 
 def parse_alert_config(raw: Any, origin: str, env: dict[str, str] | None = None) -> AlertConfig:
@@ -292,6 +297,9 @@ def _receiver(raw: Any, index: int, origin: str, env: dict[str, str]) -> Receive
     attempts = raw.get("max_attempts")
     if attempts is not None and (not isinstance(attempts, int) or attempts < 1):
         raise AlertConfigError(f"{where}: max_attempts: expected an integer >= 1, got {attempts!r}")
+    parallel = raw.get("parallel", 4)
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or not 1 <= parallel <= MAX_PARALLEL:
+        raise AlertConfigError(f"{where}: parallel: expected an integer from 1 to {MAX_PARALLEL}, got {parallel!r}")
     match = {str(k): str(v) for k, v in (raw.get("match_labels") or {}).items()}
     return Receiver(raw["name"], raw["url"], severities, match,
-                    None if secret is None else str(secret), timeout, attempts, give_up, initial, cap)
+                    None if secret is None else str(secret), timeout, attempts, give_up, initial, cap, parallel)

@@ -1,9 +1,11 @@
 """Webhook delivery: every firing/resolved transition POSTed to its receivers, in order, recorded in gold.deliveries.
 
-One lane (thread) per receiver, so a slow or dead receiver delays only itself and never the alert
-evaluation, which hands transitions over with `submit` and returns. A lane delivers its transitions
-strictly in gold.alert_events order: the head is retried with exponential backoff and full jitter
-(5xx, 408, 429, connection errors, timeouts) until it is delivered, rejected (any other 4xx: recorded,
+Each receiver has `parallel` lanes (threads), so a slow or dead receiver delays only itself and never the alert
+evaluation, which hands transitions over with `submit` and returns. An alert (its fingerprint) always goes to the
+same lane of its receiver, and a lane delivers strictly in gold.alert_events order: an alert's transitions arrive
+in order, while different alerts' go out side by side (as Alertmanager's aggregation groups notify independently),
+so a burst of N alerts takes about N/parallel POSTs' time. A lane's head is retried with exponential backoff and
+full jitter (5xx, 408, 429, connection errors, timeouts) until it is delivered, rejected (any other 4xx: recorded,
 not retried) or given up (`give_up_after` / `max_attempts`). A transition matched by an active silence
 (api.silences, set through the API) is recorded as silenced and not sent.
 
@@ -33,8 +35,7 @@ import random
 import signal
 import threading
 import time
-import urllib.error
-import urllib.request
+import zlib
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import urllib3
 
 from foundation.delta_io import KeptOpen, ensure_table, read_rows
 from foundation.journal import Journal
@@ -86,8 +88,8 @@ def routed(event: dict[str, Any], receiver: Receiver) -> bool:
 
 
 class Lane(threading.Thread):
-    def __init__(self, dispatcher: WebhookDispatcher, receiver: Receiver) -> None:
-        super().__init__(name=f"webhook-{receiver.name}", daemon=True)
+    def __init__(self, dispatcher: WebhookDispatcher, receiver: Receiver, index: int) -> None:
+        super().__init__(name=f"webhook-{receiver.name}-{index}", daemon=True)
         self.d, self.receiver = dispatcher, receiver
         self.queue: deque[Pending] = deque()
         self.known: set[str] = set()   # event ids queued or finished: never queued twice
@@ -120,7 +122,12 @@ class Lane(threading.Thread):
                 # The items behind the head that intents may be committed for (bounded: few intents are left
                 # never sent by a crash).
                 coming = list(islice(self.queue, 1, INTENTS_PER_COMMIT))
-            if self._attempt(head, coming):
+            try:
+                done = self._attempt(head, coming)
+            except Exception as e:  # a fault of isrwatch's own must not end the lane: report it, back off, try again
+                self.d.log(f"webhook {self.receiver.name}: {head.event_id}: {type(e).__name__}: {e}")
+                head.due, done = time.monotonic() + self.receiver.backoff_max_s, False
+            if done:
                 with self.cond:
                     self.queue.popleft()
         self._not_sent()
@@ -151,13 +158,13 @@ class Lane(threading.Thread):
         item.first_try = item.first_try if item.first_try is not None else now
         began, status, error = time.monotonic(), None, None
         try:
-            req = urllib.request.Request(r.url, data=body, headers=headers, method="POST")
-            with urllib.request.urlopen(req, timeout=r.timeout_s) as resp:
-                status = resp.status
-        except urllib.error.HTTPError as e:
-            status, error = e.code, f"HTTP {e.code} {e.reason}"
-        except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as e:
-            error = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+            resp = self.d.http[r.name].request("POST", r.url, body=body, headers=headers, redirect=False,
+                                               timeout=urllib3.Timeout(total=r.timeout_s))
+            status = resp.status
+            if not 200 <= status < 300:
+                error = f"HTTP {status} {resp.reason}"
+        except (urllib3.exceptions.HTTPError, OSError) as e:  # refused, reset, timed out
+            error = f"{type(e).__name__}: {e}"
         took_ms = (time.monotonic() - began) * 1000
         self.d.posted()
         if status is not None and 200 <= status < 300:
@@ -218,7 +225,10 @@ class WebhookDispatcher:
         self.log = log
         self.silences = SilenceStore(lakehouse)
         self.stopping = threading.Event()
-        self.lanes = {r.name: Lane(self, r) for r in config.receivers}
+        self.lanes = {r.name: [Lane(self, r, i) for i in range(r.parallel)] for r in config.receivers}
+        # Kept-alive connections, one per lane at most (no TCP handshake per POST in a burst). Neither retries nor
+        # redirects: a lane retries with its own backoff, and a redirected webhook is a receiver misconfigured.
+        self.http = {r.name: urllib3.PoolManager(maxsize=r.parallel, retries=False) for r in config.receivers}
         self._records: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
@@ -237,14 +247,14 @@ class WebhookDispatcher:
     def start(self) -> WebhookDispatcher:
         ensure_table(DELIVERIES, self.lakehouse)
         self.recover()
-        for lane in self.lanes.values():
+        for lane in self._all_lanes():
             lane.start()
         self._flusher.start()
         return self
 
     def stop(self) -> None:
         self.stopping.set()
-        for lane in self.lanes.values():
+        for lane in self._all_lanes():
             with lane.cond:
                 lane.cond.notify_all()
             if lane.is_alive():
@@ -254,12 +264,14 @@ class WebhookDispatcher:
         self.flush()
         if self.journal is not None:
             self.journal.close()
+        for pool in self.http.values():
+            pool.clear()
 
     def wait_idle(self, timeout_s: float) -> bool:
         """True once every lane's queue is empty and its records are flushed (tests, demo)."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if all(lane.idle() for lane in self.lanes.values()):
+            if all(lane.idle() for lane in self._all_lanes()):
                 self.flush()
                 return True
             time.sleep(0.05)
@@ -301,12 +313,12 @@ class WebhookDispatcher:
         rows = sorted((e for e in events.to_pylist() if self.owns(e["event_id"])),
                       key=lambda e: (e["eval_batch_id"], e["seq"]))
         queued = 0
-        for lane in self.lanes.values():
+        for r in self.config.receivers:
             for e in rows:
-                key = (e["event_id"], lane.receiver.name)
+                key, lane = (e["event_id"], r.name), self.lane(r.name, e)
                 if key in final:
                     lane.known.add(e["event_id"])
-                elif routed(_as_event(e), lane.receiver):
+                elif routed(_as_event(e), r):
                     lane.add(Pending(_as_event(e), attempts.get(key, 0)))
                     queued += 1
         if queued:
@@ -317,9 +329,17 @@ class WebhookDispatcher:
         """Hand over committed gold.alert_events rows (in order); returns at once."""
         for e in events:
             event = _as_event(e)
-            for lane in self.lanes.values():
-                if routed(event, lane.receiver):
-                    lane.add(Pending(event))
+            for r in self.config.receivers:
+                if routed(event, r):
+                    self.lane(r.name, event).add(Pending(event))
+
+    def lane(self, receiver: str, event: dict[str, Any]) -> Lane:
+        """The receiver's lane for the event's alert: the same for all its transitions, in every process."""
+        lanes = self.lanes[receiver]
+        return lanes[zlib.crc32(str(event["fingerprint"]).encode()) % len(lanes)]
+
+    def _all_lanes(self) -> list[Lane]:
+        return [lane for lanes in self.lanes.values() for lane in lanes]
 
     # -- records ---------------------------------------------------------------------------------------
     def commit_intents(self, attempts: list[tuple[Pending, int]], r: Receiver) -> None:
@@ -346,7 +366,7 @@ class WebhookDispatcher:
         row = _row(item, r, item.attempt, outcome, status, error, datetime.now(UTC), took_ms, next_ts)
         with self._lock:
             self._records.append(row)
-        self.delivered += outcome == "delivered"
+            self.delivered += outcome == "delivered"
         if outcome != "delivered" and not quiet:
             self.log(f"webhook {r.name}: {item.event['rule']} {item.event['status']} attempt {item.attempt}: "
                      f"{outcome} ({error or status})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -19,6 +20,10 @@ class Receiver:
         self.requests: list[dict[str, Any]] = []
         self.answers: list[int] = []      # statuses to answer with, in order; then 200
         self.after_answer: Callable[[int], None] | None = None  # called with the POST's number once answered
+        self.hold_s = 0.0                 # each POST is answered this long after it arrived
+        self.in_flight = 0
+        self.most_in_flight = 0           # the most POSTs being answered at once
+        self.keep_alive = False           # HTTP/1.1, connections kept open (the default: HTTP/1.0, one per POST)
         self.lock = threading.Lock()
         self.got = threading.Condition(self.lock)
         self.port = port
@@ -32,15 +37,24 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if outer.keep_alive else "HTTP/1.0"
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                with outer.lock:
+                    outer.in_flight += 1
+                    outer.most_in_flight = max(outer.most_in_flight, outer.in_flight)
+                time.sleep(outer.hold_s)
                 with outer.got:
+                    outer.in_flight -= 1
                     status = outer.answers.pop(0) if outer.answers else 200
                     outer.requests.append({"headers": dict(self.headers), "body": body,
-                                           "json": json.loads(body), "status": status})
+                                           "json": json.loads(body), "status": status,
+                                           "client_port": self.client_address[1]})
                     n = len(outer.requests)
                     outer.got.notify_all()
                 self.send_response(status)
+                self.send_header("Content-Length", "0")
                 self.end_headers()
                 if outer.after_answer is not None:
                     outer.after_answer(n)

@@ -262,6 +262,20 @@ def test_a_secret_from_a_missing_environment_variable_is_refused() -> None:
         parse_alert_config(raw, "conf/x.yaml", env={})
 
 
+@pytest.mark.parametrize(("parallel", "expected"), [(None, 4), (1, 1), (32, 32), (0, None), (33, None), (True, None),
+                                                     ("4", None)])
+def test_a_receivers_parallel_lanes_default_to_four_and_must_be_from_one_to_thirty_two(
+        parallel: Any, expected: int | None) -> None:
+    receiver = {"name": "pager", "url": "http://127.0.0.1:1/x", **({} if parallel is None else {"parallel": parallel})}
+    raw = {**_config(), "receivers": [receiver]}
+    if expected is None:
+        with pytest.raises(AlertConfigError, match=f"receiver 'pager': parallel: expected an integer from 1 to 32, "
+                                                   f"got {parallel!r}"):
+            parse_alert_config(raw, "conf/x.yaml")
+    else:
+        assert parse_alert_config(raw, "conf/x.yaml").receivers[0].parallel == expected
+
+
 def test_single_copy_acks_fires_when_a_lone_leader_commits_with_min_isr_one() -> None:
     e = AlertEngine(CONFIG)
     ts = run(e, {"partition_state": partitions(0, {0: 1, 1: 1}, min_isr=1, hw=10)},   # first sample: no history

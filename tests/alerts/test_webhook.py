@@ -49,12 +49,24 @@ def store(lake: str, rows: list[dict[str, Any]], batch: int) -> None:
 
 def dispatcher(lake: str, url: str, flush_every_s: float = 0.1, journal: bool = False,
                **receiver: Any) -> WebhookDispatcher:
-    """`journal`: intents go to a journal in `journal_dir(lake)` (as on a local lakehouse), else to gold.deliveries."""
+    """`journal`: intents go to a journal in `journal_dir(lake)` (as on a local lakehouse), else to gold.deliveries.
+    One lane unless `parallel` says otherwise: the receiver sees every transition in gold.alert_events order."""
     r = Receiver("hook", url, secret=SECRET, timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.2,
-                 **receiver)
+                 **{"parallel": 1, **receiver})
     config = AlertConfig(CONFIG.rules, (r,), external_url="http://isrwatch.example")
     return WebhookDispatcher(config, lake, flush_every_s=flush_every_s, rng=random.Random(1),
                              journal=journal_dir(lake) if journal else None)
+
+
+def deliver(lake: str, url: str, rows: list[dict[str, Any]]) -> None:
+    """`rows` as batch 0 of gold.alert_events, then a dispatcher run until it delivered them (its recovery queues
+    them)."""
+    store(lake, rows, 0)
+    d = dispatcher(lake, url).start()
+    try:
+        assert d.wait_idle(20)
+    finally:
+        d.stop()
 
 
 def journal_dir(lake: str) -> str:
@@ -87,12 +99,7 @@ def deliveries(lake: str) -> list[dict[str, Any]]:
 def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver: HttpReceiver) -> None:
     lake = str(tmp_path)
     rows = events(6)
-    store(lake, rows, 0)
-    d = dispatcher(lake, receiver.url).start()   # recovery finds the six undelivered transitions
-    try:
-        assert d.wait_idle(20)
-    finally:
-        d.stop()
+    deliver(lake, receiver.url, rows)   # recovery finds the six undelivered transitions
     got = receiver.delivered()
     assert [r["headers"]["X-Isrwatch-Delivery"] for r in got] == [f"0-{i}@hook" for i in range(6)]
     assert all(verify(r["body"], SECRET, r["headers"][SIGNATURE_HEADER]) for r in got)
@@ -114,6 +121,52 @@ def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver
     # Each attempt's intent was committed before its POST: all six in the lane's first commit.
     assert sorted((r["event_id"], r["attempt"], r["outcome"]) for r in records(lake)
                   if r["outcome"] == "sending") == [(f"0-{i}", 1, "sending") for i in range(6)]
+
+
+def test_a_receivers_alerts_go_out_side_by_side_and_each_alerts_transitions_in_order(
+        tmp_path: Path, receiver: HttpReceiver) -> None:
+    """Four lanes: eight alerts' POSTs overlap at the receiver (each held 50 ms), and every alert's resolved arrives
+    after its firing, for the transitions recovery queues and those submitted after, which meet in the lanes."""
+    lake = str(tmp_path)
+    receiver.hold_s = 0.05
+    recovered, submitted = events(16), events(16, batch=1)
+    store(lake, recovered, 0)
+    d = dispatcher(lake, receiver.url, parallel=4).start()
+    try:
+        store(lake, submitted, 1)
+        d.submit(submitted)
+        assert d.wait_idle(30)
+    finally:
+        d.stop()
+    got = [r["headers"]["X-Isrwatch-Delivery"].split("@")[0] for r in receiver.delivered()]
+    assert sorted(got) == sorted(e["event_id"] for e in recovered + submitted)   # each once
+    by_alert: dict[str, list[str]] = {}
+    for event_id in got:
+        seq = event_id.split("-")[1]
+        by_alert.setdefault(f"fp{int(seq) // 2}", []).append(event_id)
+    # An alert's transitions in gold.alert_events order: its firing, resolved, then the next batch's.
+    assert by_alert == {f"fp{a}": [f"0-{2 * a}", f"0-{2 * a + 1}", f"1-{2 * a}", f"1-{2 * a + 1}"] for a in range(8)}
+    assert 2 <= receiver.most_in_flight <= 4
+    assert got != sorted(got, key=lambda i: tuple(map(int, i.split("-"))))   # not one queue: alerts overtook others
+    assert [(r["event_id"], r["outcome"]) for r in deliveries(lake)].count(("0-0", "delivered")) == 1
+
+
+@pytest.mark.parametrize("keep_alive", [True, False])
+def test_a_lane_keeps_its_connection_open_where_the_receiver_allows(tmp_path: Path, keep_alive: bool) -> None:
+    """Over HTTP/1.1 the six POSTs of one lane share one TCP connection, and a 500 answer does not close it; a receiver
+    that closes each connection (HTTP/1.0) gets a new one per POST, and every transition still."""
+    lake = str(tmp_path)
+    receiver = HttpReceiver()
+    receiver.keep_alive = keep_alive
+    receiver.answers = [500]
+    receiver.start()
+    try:
+        deliver(lake, receiver.url, events(6))
+    finally:
+        receiver.stop()
+    assert [r["headers"]["X-Isrwatch-Delivery"] for r in receiver.delivered()] == [f"0-{i}@hook" for i in range(6)]
+    ports = [r["client_port"] for r in receiver.requests]
+    assert len(ports) == 7 and len(set(ports)) == (1 if keep_alive else 7)
 
 
 def test_receiver_down_across_a_restart_loses_nothing(tmp_path: Path) -> None:
@@ -153,13 +206,7 @@ def test_receiver_down_across_a_restart_loses_nothing(tmp_path: Path) -> None:
 def test_5xx_is_retried_and_4xx_is_recorded_not_retried(tmp_path: Path, receiver: HttpReceiver) -> None:
     lake = str(tmp_path)
     receiver.answers = [500, 503, 200, 400]
-    rows = events(3)
-    store(lake, rows, 0)
-    d = dispatcher(lake, receiver.url).start()
-    try:
-        assert d.wait_idle(20)
-    finally:
-        d.stop()
+    deliver(lake, receiver.url, events(3))
     assert [(r["event_id"], r["attempt"], r["outcome"], r["http_status"]) for r in deliveries(lake)] == [
         ("0-0", 1, "retry", 500), ("0-0", 2, "retry", 503), ("0-0", 3, "delivered", 200),
         ("0-1", 1, "rejected", 400), ("0-2", 1, "delivered", 200)]
