@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -318,3 +319,22 @@ def test_a_posture_finding_fires_while_the_config_holds_and_resolves_after_a_cha
     assert [(t.rule, t.status, t.ts_ms - T0.value // 10**6) for t in ts] == [
         ("PostureMinIsrOne", "firing", 0), ("PostureMinIsrOne", "resolved", 60_000)]
     assert ts[0].labels["topic"] == "t" and ts[0].severity == "warning"
+
+
+@pytest.mark.parametrize("keep", [None, [True, False, True]])
+def test_records_are_pandas_records_value_for_value(keep: list[bool] | None) -> None:
+    """The engine builds its sample records column by column: the same Python values as `to_dict("records")`, NaN and
+    nulls included, for every column type a source has, and datetimes (which numpy would turn into integers) too."""
+    from pipelines.alert_engine import _records
+
+    frame = pd.DataFrame({"run_id": ["c1", "c1", "c2"], "ts": [1, 2, 3], "partition": [0, 1, 2],
+                          "isr_size": [1.0, float("nan"), 3.0], "offline": [True, False, True],
+                          "topic": ["t", None, "u"]})
+    mask = None if keep is None else np.array(keep)
+    expected = (frame if mask is None else frame[mask]).to_dict("records")
+    got = _records(frame, mask)
+    assert [{k: (None if v != v else v) for k, v in r.items()} for r in got] == \
+           [{k: (None if v != v else v) for k, v in r.items()} for r in expected]
+    assert [[type(v) for v in r.values()] for r in got] == [[type(v) for v in r.values()] for r in expected]
+    stamped = frame.assign(at=pd.to_datetime([1, 2, 3], unit="s", utc=True))
+    assert _records(stamped, mask)[0]["at"] == pd.Timestamp(1, unit="s", tz="UTC")
