@@ -57,12 +57,10 @@ _commit_locks_guard = threading.Lock()
 def committing(path: str) -> threading.Lock:
     """The lock this process's writers of the table at `path` commit under, one at a time.
 
-    Writers in one process (validate's silver alert stage and the alert lane share gold.alerts and the engine's
-    state, each overwriting its own rows) would otherwise race Delta's optimistic concurrency, and an overwrite by
-    predicate loses that race even when its rows are disjoint from the winner's: delta-rs checks the winner's new
-    files against the predicate by their min/max statistics, which `rule NOT IN (...)` cannot rule out. With the
-    lane committing every ~0.2 s, validate's overwrite lost five times running in the latency bench and failed its
-    query. Writers in other processes still meet conflicts, which their callers retry."""
+    Writers in one process (validate's silver stage and the alert lane share gold.alerts and the engine's state, each
+    overwriting its own rows) commit in turn rather than race Delta's optimistic concurrency: a commit that loses
+    re-reads the log and tries again, work the lock saves. Their predicates (`stage = '<name>'`) keep a race harmless
+    too, across processes as well: Delta's conflict check tells their files apart by the files' statistics."""
     with _commit_locks_guard:
         return _commit_locks.setdefault(path, threading.Lock())
 

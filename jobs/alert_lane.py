@@ -188,10 +188,10 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
     if not lane_on(settings):
         return None
     a = settings.alerts
-    lane, kept, gold = rule_split(settings)
+    lane = rule_split(settings)[0]
     if not lane.rules:
         return None
-    stage = build_stage(settings.lakehouse, LANE, lane, tuple(r.name for r in (*kept.rules, *gold.rules)), JOB,
+    stage = build_stage(settings.lakehouse, LANE, lane, JOB,
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)
     tables = lane_tables()

@@ -8,11 +8,12 @@ stages run the same engine (pipelines/alert_engine.py) and share the gold tables
 - gold.alert_events: appended by each. The silver stage's event ids start with `s` (`s<batch>-<seq>`, its batch
   being validate's), the lane's with `l`, the gold stage's with their batch's digits (`<batch>-<seq>`), so ids
   never collide and each stage's dispatcher recovers only its own events (`owns`).
-- gold.alerts: each stage overwrites only the rows of its rules (a predicate on `rule`); the silver stage's
-  predicate is "no other stage's rule", so the rows of a rule removed from the file go with it.
-- gold.alerts_engine_state: each stage overwrites only its rows (`engine`). At its start a stage takes the rows of
-  its rules (and, reading partition_state or broker_metrics, the signals) from whichever stage held them; rows
-  written before the column existed are given their stage once (`claim_state`, one call for a job's stages).
+- gold.alerts and gold.alerts_engine_state: each stage overwrites only its own rows (`stage = '<name>'`, `engine =
+  '<name>'`), so the rows of a rule removed from the file go with its stage's next batch. An equality predicate lets
+  Delta's conflict check tell the stages' files apart by their statistics (a `rule NOT IN (...)` could not, and lost
+  to the lane's commits every ~0.2 s). At its start a stage takes the rows of its rules (and, reading partition_state
+  or broker_metrics, the signals) from whichever stage held them; rows written before those columns existed are
+  given their stage once (`claim_state`, one call for a job's stages).
 
 Exactly once, as before: the three writes carry the app transaction (`app_id`, batch id), the state is written
 last, and a batch whose state is already committed is skipped (`applied`). Transitions go to the dispatcher
@@ -37,7 +38,7 @@ from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame
 
 from foundation.delta_checksum import write_with_checksum
-from foundation.delta_io import AppVersions, ensure_table, open_table
+from foundation.delta_io import AppVersions, ensure_table, open_table, read_rows
 from foundation.object_store import is_object_store
 from jobs.per_cluster import route, step_per_cluster
 from jobs.streaming import asked_to_die, die_here_if_asked
@@ -95,7 +96,7 @@ def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datet
     } for i, t in enumerate(transitions)]
 
 
-def alert_rows(engine: AlertEngine, batch_id: int) -> list[dict[str, Any]]:
+def alert_rows(engine: AlertEngine, batch_id: int, stage: str) -> list[dict[str, Any]]:
     rules = {r.name: r for r in engine.config.rules}
     rows = []
     for a in sorted(engine.state.alerts.values(), key=lambda a: (a.cluster, a.rule, a.fingerprint)):
@@ -109,12 +110,9 @@ def alert_rows(engine: AlertEngine, batch_id: int) -> list[dict[str, Any]]:
             "runbook": a.annotations.get("runbook", ""), "value": a.value, "inhibited": a.inhibited,
             "flapping": a.flapping, "active_since": _ts(a.since_ms), "fired_at": _ts(a.fired_ms),
             "resolved_at": _ts(a.resolved_ms), "last_evaluated": _ts(a.last_ms), "updated_batch_id": batch_id,
+            "stage": stage,
         })
     return rows
-
-
-def _sql_list(names: list[str]) -> str:
-    return ", ".join("'" + n.replace("'", "''") + "'" for n in names)
 
 
 @dataclass(frozen=True)
@@ -133,17 +131,34 @@ def claim_of(stage: str, config: AlertConfig) -> Claim:
 
 
 def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], claims: list[Claim]) -> None:
-    """In one read and, when anything changes, one commit, for every stage of a job about to start:
-    - each gold.alerts_engine_state row written before its `engine` column gets its stage: an alert's or window's by
-      its rule's layer, the brokers' last reports and the partitions' last HWs (silver signals) to the silver stage,
-      unless no rule is on silver;
+    """In one read and, when anything changes, one commit per table, for every stage of a job about to start:
+    - each gold.alerts_engine_state row written before its `engine` column, and each gold.alerts row written before
+      its `stage` column, gets its stage: an alert's or window's by its rule's layer, the brokers' last reports and
+      the partitions' last HWs (silver signals) to the silver stage, unless no rule is on silver;
     - each claiming stage takes the rows of its rules and, with `signals`, the signals, from whichever stage held
       them: a rule moved between validate and the alert lane keeps its alerts. A later claim wins a row two claim.
     With only the lane claiming, rows without a stage are left as they are: the lane knows only its own rules."""
+    owner = _owner(silver_rules, gold_rules, claims)
     table = open_table(ALERTS_STATE, lake)
-    if table is None:
+    if table is not None:
+        rows = table.to_pyarrow_table().to_pylist()
+        claimed = [{**r, "engine": owner(r)} for r in rows]
+        if claimed != rows:
+            write_with_checksum(ALERTS_STATE.path(lake),
+                                pa.Table.from_pylist(claimed, schema=ALERTS_STATE.arrow_schema), mode="overwrite")
+    if open_table(ALERTS, lake) is None:
         return
-    rows = table.to_pyarrow_table().to_pylist()
+    ensure_table(ALERTS, lake)  # a table from before `stage` gets the column (null)
+    rows = read_rows(ALERTS, lake).to_pylist()
+    claimed = [{**r, "stage": owner({"kind": "alert", "key": f"{r['rule']}/{r['fingerprint']}", "engine": r["stage"]})}
+               for r in rows]
+    if claimed != rows:
+        write_with_checksum(ALERTS.path(lake), pa.Table.from_pylist(claimed, schema=ALERTS.arrow_schema),
+                            mode="overwrite")
+
+
+def _owner(silver_rules: set[str], gold_rules: set[str], claims: list[Claim]) -> Callable[[dict[str, Any]], str | None]:
+    """The stage a state row (`kind`, `key`, `engine`) belongs to once `claims` are made (see claim_state)."""
     stray = SILVER if silver_rules or not gold_rules else GOLD
     lane_only = all(c.stage == LANE for c in claims)
 
@@ -156,11 +171,7 @@ def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], claims:
             return r["engine"]
         return GOLD if rule in gold_rules else SILVER if rule in silver_rules else stray
 
-    claimed = [{**r, "engine": owner(r)} for r in rows]
-    if claimed == rows:
-        return
-    write_with_checksum(ALERTS_STATE.path(lake), pa.Table.from_pylist(claimed, schema=ALERTS_STATE.arrow_schema),
-                        mode="overwrite")
+    return owner
 
 
 def load_state(lake: str, name: str) -> EngineState:
@@ -207,9 +218,8 @@ class AlertStage:
     """The engine, its dispatcher and its writes, for the job (`job`, naming kill points) holding `name`'s rules."""
 
     lakehouse: str
-    name: str                   # SILVER or GOLD
+    name: str                   # SILVER, LANE or GOLD: the stage's rows of gold.alerts and its state are `name`'s
     config: AlertConfig         # this stage's rules (and every receiver)
-    others: tuple[str, ...]     # the other stage's rule names: gold.alerts rows this stage leaves alone
     engine: AlertEngine
     dispatcher: WebhookDispatcher | None
     job: str
@@ -265,8 +275,8 @@ class AlertStage:
         """What `write` commits for the batch, taken from the engine now: the engine may step on meanwhile."""
         state = [{**r, "batch_id": batch_id, "engine": self.name} for r in self.engine.state.to_rows()]
         firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
-        return BatchRecord(batch_id, events, alert_rows(self.engine, batch_id), state, rows_in, began, on_executors,
-                           firing)
+        return BatchRecord(batch_id, events, alert_rows(self.engine, batch_id, self.name), state, rows_in, began,
+                           on_executors, firing)
 
     def write(self, r: BatchRecord) -> None:
         lake, batch_id = self.lakehouse, r.batch_id
@@ -275,7 +285,7 @@ class AlertStage:
                                      pa.Table.from_pylist(r.events, schema=ALERT_EVENTS.arrow_schema), batch_id)
         die_here_if_asked(self.job, batch_id, "after_events")
         self._overwrite(ALERTS, pa.Table.from_pylist(r.alerts, schema=ALERTS.arrow_schema), batch_id,
-                        self._rules_predicate())
+                        f"stage = '{self.name}'")
         self._overwrite(ALERTS_STATE, pa.Table.from_pylist(r.state, schema=ALERTS_STATE.arrow_schema), batch_id,
                         f"engine = '{self.name}'")
         die_here_if_asked(self.job, batch_id, "after_state")
@@ -291,12 +301,6 @@ class AlertStage:
             from foundation.delta_io import compact_and_checkpoint
 
             compact_and_checkpoint(lake, (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES))
-
-    def _rules_predicate(self) -> str | None:
-        """The gold.alerts rows this stage owns: its rules', or (silver) every row of no other stage's rule."""
-        if self.name != SILVER:
-            return None if not self.others else f"rule IN ({_sql_list([r.name for r in self.config.rules])})"
-        return f"rule NOT IN ({_sql_list(list(self.others))})" if self.others else None
 
     def _overwrite(self, td: TableDef, rows: pa.Table, batch_id: int, predicate: str | None) -> None:
         """The other stage may commit to the same table meanwhile: Delta's conflict check can then refuse this
@@ -329,7 +333,7 @@ class AlertStage:
             self.dispatcher.stop()
 
 
-def build_stage(lake: str, name: str, config: AlertConfig, others: tuple[str, ...], job: str, *,
+def build_stage(lake: str, name: str, config: AlertConfig, job: str, *,
                 webhooks: bool, driver_max_rows: int, maintain_every_batches: int,
                 log: Callable[[str], None]) -> AlertStage:
     """Its tables made, its state loaded, its dispatcher started (recovering its own events). The caller has claimed
@@ -347,4 +351,4 @@ def build_stage(lake: str, name: str, config: AlertConfig, others: tuple[str, ..
         # ~100 ms, on the way from the hand-over to the POST); on an object store, to gold.deliveries.
         journal = None if is_object_store(lake) else f"{lake.rstrip('/')}/_webhook_intents/{name}"
         dispatcher = WebhookDispatcher(config, lake, log=log, owns=owns, journal=journal).start()
-    return AlertStage(lake, name, config, others, engine, dispatcher, job, driver_max_rows, maintain_every_batches)
+    return AlertStage(lake, name, config, engine, dispatcher, job, driver_max_rows, maintain_every_batches)

@@ -128,7 +128,7 @@ def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertC
         if layer == "gold":
             ensure_table(SOURCE_TABLES[(layer, t)], lake)
     claim_state(lake, {r.name for r in others.rules}, {r.name for r in mine.rules}, [claim_of(GOLD, mine)])
-    stage = build_stage(lake, GOLD, mine, tuple(r.name for r in others.rules), "alerts",
+    stage = build_stage(lake, GOLD, mine, "alerts",
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)
     # Gold tables call the cluster `cluster`; the engine keys everything by `run_id`.

@@ -68,10 +68,10 @@ def silver_stage(settings: PipelineSettings, log: Callable[[str], None]) -> Aler
     a = settings.alerts
     if a.silver_rules_in != "validate":
         return None
-    lane, silver, gold = rule_split(settings)
+    silver = rule_split(settings)[1]
     if not silver.rules:
         return None
-    return build_stage(settings.lakehouse, SILVER, silver, tuple(r.name for r in (*lane.rules, *gold.rules)), JOB,
+    return build_stage(settings.lakehouse, SILVER, silver, JOB,
                        webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                        maintain_every_batches=a.maintain_every_batches, log=log)
 

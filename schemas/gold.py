@@ -53,6 +53,8 @@ _schema, _docs = columns(
     ("resolved_at", TS, True, "when it resolved"),
     ("last_evaluated", TS, False, "event time of the last sample evaluated for it"),
     ("updated_batch_id", pa.int64(), False, "the alerts micro-batch that last wrote this table"),
+    ("stage", pa.string(), True, "the stage holding it: silver (validate), lane (the alert lane) or gold (the alerts "
+     "job); each overwrites its own rows"),
 )
 ALERTS = TableDef(
     "gold", "alerts", _schema, ("fingerprint",),

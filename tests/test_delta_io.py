@@ -166,6 +166,34 @@ def test_a_write_that_fails_leaves_no_table_kept_and_the_next_opens_it_afresh(
     assert sorted(ids) == ["a", "b", "d"]
 
 
+def test_overwrites_of_two_stages_rows_by_an_equality_predicate_commit_from_the_same_version(tmp_path: Path) -> None:
+    """Why gold.alerts has a `stage` column: two writers (validate's silver stage and the alert lane; in two processes
+    there is no lock between them) overwrite their own rows from the same table version. With `stage = '<name>'` both
+    commit: Delta's conflict check rules the other's new files out by their statistics. With the old
+    `rule NOT IN (<the lane's rules>)` it cannot (a file of the lane's holds rules on both sides of the silver stage's),
+    and the second commit fails."""
+    from deltalake import write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    path = str(tmp_path / "alerts")
+
+    def rows(stage: str, rules: list[str], value: float) -> pa.Table:
+        return pa.table({"stage": [stage] * len(rules), "rule": rules, "value": [value] * len(rules)})
+
+    lane_rules = ["OfflinePartitions", "UnderReplicated"]
+    write_deltalake(path, rows("silver", ["SingleCopyAcks"], 0.0))
+    write_deltalake(path, rows("lane", lane_rules, 0.0), mode="append")
+    silver, lane = DeltaTable(path), DeltaTable(path)          # both read the same version
+    write_deltalake(lane, rows("lane", lane_rules, 1.0), mode="overwrite", predicate="stage = 'lane'")
+    write_deltalake(silver, rows("silver", ["SingleCopyAcks"], 1.0), mode="overwrite", predicate="stage = 'silver'")
+    assert sorted((r["rule"], r["value"]) for r in DeltaTable(path).to_pyarrow_table().to_pylist()) == [
+        ("OfflinePartitions", 1.0), ("SingleCopyAcks", 1.0), ("UnderReplicated", 1.0)]
+    silver, lane = DeltaTable(path), DeltaTable(path)
+    write_deltalake(lane, rows("lane", lane_rules, 2.0), mode="overwrite", predicate="stage = 'lane'")
+    with pytest.raises(CommitFailedError):
+        write_deltalake(silver, rows("silver", ["SingleCopyAcks"], 2.0), mode="overwrite",
+                        predicate="rule NOT IN ('OfflinePartitions', 'UnderReplicated')")
+
 def _delivery(delivery_id: str) -> dict[str, Any]:
     now = datetime.now(UTC)
     return {"delivery_id": delivery_id, "event_id": "e", "receiver": "r", "rule": "R", "fingerprint": "f",

@@ -37,7 +37,7 @@ from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfigError
 from pipelines.alert_signals import shape_union
 from schemas.bronze import BRONZE_BY_NAME
-from schemas.gold import ALERT_EVENTS, ALERTS_STATE
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver, rules_file
 from tests.alerts.test_one_hop import Killed, failing_after_delivery, shipped_with_inhibition
 
@@ -92,6 +92,32 @@ def test_one_claim_moves_each_rules_state_and_the_signals_to_the_stage_now_holdi
     claim_stages(load_settings(overrides={"lakehouse": lake, "validate.trigger": "live"}))
     assert {r["key"]: r["engine"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {
         **after, "UnderMinIsr/f1": "silver", "UnderReplicated/f4": "silver", "c1": "silver", "c1/1": "silver"}
+
+
+def test_gold_alerts_written_before_the_stage_column_get_their_stage_and_follow_their_rules(tmp_path: Path) -> None:
+    """gold.alerts from before `stage` (the column absent) gets it, each row its rule's stage, in one commit; rows
+    then move with their rules as the lane goes on and off, and nothing else in them changes."""
+    lake = str(tmp_path / "lake")
+    at = pd.Timestamp("2026-11-27T12:00:00Z").to_pydatetime()
+    old_schema = pa.schema([f for f in ALERTS.arrow_schema if f.name != "stage"])
+    before = [{"status": "firing", "rule": rule, "fingerprint": fp, "cluster": "c1", "severity": "critical",
+               "scope": "partition", "labels": [("topic", "t")], "summary": "s", "description": "", "runbook": "",
+               "value": 1.0, "inhibited": False, "flapping": False, "active_since": at, "fired_at": at,
+               "resolved_at": None, "last_evaluated": at, "updated_batch_id": 7}
+              for rule, fp in (("UnderMinIsr", "f1"), ("IsrThrash", "f2"), ("UnderReplicated", "f4"),
+                               ("PostureMinIsrOne", "f5"))]
+    write_with_checksum(ALERTS.path(lake), pa.Table.from_pylist(before, schema=old_schema), mode="overwrite")
+
+    def stages() -> dict[str, str]:
+        return {r["fingerprint"]: r["stage"] for r in read_rows(ALERTS, lake).to_pylist()}
+
+    claim_stages(load_settings(overrides={"lakehouse": lake, "alerts.lane": True, "validate.trigger": "live"}))
+    assert stages() == {"f1": "lane", "f2": "silver", "f4": "lane", "f5": "gold"}
+    rows = read_rows(ALERTS, lake).to_pylist()
+    assert [{k: v for k, v in r.items() if k != "stage"} for r in sorted(rows, key=lambda r: r["fingerprint"])] == [
+        {**b, "labels": [("topic", "t")]} for b in before]
+    claim_stages(load_settings(overrides={"lakehouse": lake, "validate.trigger": "live"}))
+    assert stages() == {"f1": "silver", "f2": "silver", "f4": "silver", "f5": "gold"}
 
 
 def test_the_lanes_first_start_continues_from_validates_last_committed_offsets(bronze: Path, spark: Any,
@@ -168,7 +194,7 @@ def test_a_batch_of_reference_rows_only_is_recorded_all_the_same(bronze: Path, s
     recorded batch keeps up with Spark's, so a restart never replays further back than the offset log keeps."""
     lake = str(tmp_path / "lakehouse")
     shutil.copytree(bronze, lake)
-    stage = build_stage(lake, "lane", LANE, tuple(r.name for r in KEPT.rules), "alert_lane", webhooks=False,
+    stage = build_stage(lake, "lane", LANE, "alert_lane", webhooks=False,
                         driver_max_rows=500_000, maintain_every_batches=600, log=lambda _: None)
     stage.bind("test-lane")
     checkpoint = tmp_path / "alert_lane"
