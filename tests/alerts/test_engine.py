@@ -325,7 +325,7 @@ def test_a_posture_finding_fires_while_the_config_holds_and_resolves_after_a_cha
 def test_records_are_pandas_records_value_for_value(keep: list[bool] | None) -> None:
     """The engine builds its sample records column by column: the same Python values as `to_dict("records")`, NaN and
     nulls included, for every column type a source has, and datetimes (which numpy would turn into integers) too."""
-    from pipelines.alert_engine import _records
+    from pipelines.alert_samples import records as _records
 
     frame = pd.DataFrame({"run_id": ["c1", "c1", "c2"], "ts": [1, 2, 3], "partition": [0, 1, 2],
                           "isr_size": [1.0, float("nan"), 3.0], "offline": [True, False, True],
