@@ -8,7 +8,7 @@ LOCAL_FS_JAR := jvm/local-fs/isrwatch-local-fs.jar
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-source-floors jars kafka-jars s3-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-source-floors bench-real-alerts jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -46,6 +46,7 @@ $(STAMPS)/kafka-jars: jvm/kafka/pom.xml
 	@echo "fetching Apache Kafka and the JMX exporter with Maven into jvm/kafka/jars (first run only)"
 	@rm -rf jvm/kafka/jars
 	@mvn -q -B -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	@mkdir -p jvm/kafka/jars/standalone && mv jvm/kafka/jars/jmx_prometheus_httpserver-*.jar jvm/kafka/jars/standalone/
 	@touch $@
 
 # Spark's S3A connector (hadoop-aws for the Hadoop inside pyspark, and only the AWS SDK modules it loads), for
@@ -164,6 +165,13 @@ bench: venv jars $(PLOTLY_BUNDLE)
 # (docs/benchmarks.md). Not part of `bench`: it starts four Kafka JVMs.
 bench-collect: venv jars kafka-jars
 	$(PY) bench/collect.py
+
+# Alerts on the fixture cluster with the shipped settings, seven fault plans twice each, scored against the cluster's
+# own ground truth (docs/benchmarks.md): once with the brokers exporting under the project's rules, once under
+# Strimzi's. Not part of `make test`: about 40 minutes for each.
+bench-real-alerts: venv jars kafka-jars
+	$(PY) bench/real_alerts.py --exporter isrwatch
+	$(PY) bench/real_alerts.py --exporter strimzi
 
 # The emulator beside a real Kafka 4.3 cluster under the same faults, two real runs per fault (docs/benchmarks.md).
 # About half an hour: it starts a fresh four-JVM cluster for every real run.

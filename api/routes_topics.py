@@ -1,4 +1,5 @@
-"""Topics, partitions, brokers and posture: GET /api/v1/topics, /topics/{topic}, /brokers, /posture."""
+"""Topics, partitions, brokers and posture: GET /api/v1/topics, /topics/{topic}, /brokers, /brokers/coverage,
+/posture."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from lakehouse_read.cluster_state import (
     topic_configs,
 )
 from lakehouse_read.jsonable import iso, rows
+from lakehouse_read.metrics_coverage import metrics_coverage
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from schemas.gold_durability import FINDING_COLUMNS
 from schemas.kafka_metrics import CONTROLLER_NODE_ID
@@ -125,6 +127,18 @@ def list_brokers(reader: Annotated[LakehouseReader, Depends(get_reader)], cluste
             items.append({"cluster": c, "broker_id": b, "role": role, "rack": racks.get(b) or None,
                           "last_reported": iso(g["last_reported"]) if g else None,
                           "reporting": bool(g.get("reporting", False)), "gauges": g.get("gauges", {})})
+    return {"items": items, "total": len(items)}
+
+
+@router.get("/brokers/coverage", summary="Per broker and controller: the exporter rules its metrics come under, the "
+            "metrics isrwatch reads found of those expected, the missing ones and the alert rules they blind")
+def list_metrics_coverage(reader: Annotated[LakehouseReader, Depends(get_reader)], cluster: ClusterQuery = None
+                          ) -> dict[str, Any]:
+    items = metrics_coverage(reader)
+    if cluster is not None:
+        if cluster not in {i["cluster"] for i in items}:
+            raise ApiError(404, f"unknown cluster {cluster!r}")
+        items = [i for i in items if i["cluster"] == cluster]
     return {"items": items, "total": len(items)}
 
 

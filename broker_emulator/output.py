@@ -16,17 +16,21 @@ import numpy as np
 import pyarrow as pa
 
 from broker_emulator.config import acks_label
+from broker_emulator.ledger import Counters
 from broker_emulator.summary import SummaryHost, build_summary
 from schemas.bronze import (
     ACK_LEDGER,
     BROKER_METRICS,
     CLUSTER_EVENTS,
     CONSUMER_PROGRESS,
+    METRICS_COVERAGE,
     PARTITION_STATE,
     RUNS,
     TOPIC_CONFIGS,
+    ExporterRules,
+    NodeRole,
 )
-from schemas.kafka_metrics import CONTROLLER_NODE_ID, MBEANS, metric_name
+from schemas.kafka_metrics import BROKER_KEYS, CONTROLLER_KEYS, CONTROLLER_NODE_ID, MBEANS, metric_name
 from schemas.table import TableDef
 
 if TYPE_CHECKING:
@@ -77,6 +81,7 @@ class Recorder:
         self.cols: dict[TableDef, dict[str, list[Any]]] = {}
         self.rows_written: dict[str, int] = {}
         self.topic_configs(list(range(sim.table.count)))
+        self.metrics_coverage()
 
     def _ts(self, now_ms: int | None = None) -> int:
         return (self.sim.scenario.start_epoch_ms + (self.sim.clock.now_ms if now_ms is None else now_ms)) * 1000
@@ -115,8 +120,19 @@ class Recorder:
     def _ledger(self, ts: int) -> None:
         t = self.sim.table
         counters = self.sim.ledger.drain_interval()
+        now_ms = self.sim.clock.now_ms
+        # A partition whose writes all wait (nothing sent, acknowledged or failed this interval) still has a row:
+        # how long they have waited is the news.
+        waiting = self.sim.produce.client.oldest_waiting_ms()
+        for key in waiting.keys() - counters.keys():
+            counters[key] = Counters()
         keys = sorted(counters)
+        ps = [p for p, _ in keys]
+        leaders = t.leader[ps].tolist()
         self._extend(ACK_LEDGER, ts=[ts] * len(keys),
+                     unacked_for_ms=[now_ms - waiting[k] if k in waiting else 0 for k in keys],
+                     leader=[leader if leader >= 0 else None for leader in leaders],
+                     isr=[t.members(p, t.isr[p]) for p in ps],
                      topic=[self.sim.topic_names[int(t.topic_index[p])] for p, _ in keys],
                      partition=[int(t.partition_index[p]) for p, _ in keys],
                      acks=[acks_label(a) for _, a in keys],
@@ -190,6 +206,19 @@ class Recorder:
             replicas=reps, replica_racks=[[cluster.rack_of(b) or "" for b in r] for r in reps],
             segment_bytes=[int(lg.segment_bytes[p]) for p in ps], retention_ms=[int(lg.retention_ms[p]) for p in ps],
             flush_messages=[int(lg.flush_messages[p]) for p in ps])
+
+    def metrics_coverage(self) -> None:
+        """Once, at the start: every broker and the controller report every metric of their role (the model has
+        them all), under the emulator's own naming."""
+        nodes = [(b, NodeRole.BROKER, BROKER_KEYS) for b in sorted(self.sim.brokers.ids)]
+        nodes.append((CONTROLLER_NODE_ID, NodeRole.CONTROLLER, CONTROLLER_KEYS))
+        n = len(nodes)
+        self._extend(METRICS_COVERAGE, ts=[self._ts()] * n, node_id=[node for node, _, _ in nodes],
+                     metrics_url=[None] * n, role=[role.value for _, role, _ in nodes], reporting=[True] * n,
+                     reason=[""] * n, exporter_rules=[ExporterRules.EMULATOR.value] * n,
+                     metrics_found=[len(keys) for _, _, keys in nodes],
+                     metrics_expected=[len(keys) for _, _, keys in nodes], missing=[[] for _ in nodes],
+                     rules_blind=[[] for _ in nodes])
 
     # --- flushing ----------------------------------------------------------------------------------
     def flush(self, final: bool) -> None:

@@ -228,6 +228,25 @@ class ProducerClient:
         self.sim.ledger.sent(p, st.spec.acks, records)
         self._send(index, st, broker, [Batch(index, p, records, self.sim.clock.now_ms)])
 
+    def oldest_waiting_ms(self) -> dict[tuple[int, int], int]:
+        """(partition, acks) -> when the oldest record still waiting for its answer was produced (virtual ms): held
+        in an accumulator or in flight to its leader. A batch's first record is its oldest."""
+        oldest: dict[tuple[int, int], int] = {}
+
+        def waits(key: tuple[int, int], created_ms: int) -> None:
+            oldest[key] = min(oldest.get(key, created_ms), created_ms)
+
+        for st in self.producers:
+            acks = st.spec.acks
+            for p, queue in st.queued.items():
+                if queue:
+                    waits((p, acks), queue[0].created_ms)   # the queue is in age order
+            for requests in st.in_flight.values():
+                for request in requests.values():
+                    for b in request.batches:
+                        waits((b.p, acks), b.created_ms)
+        return oldest
+
     # --- the sender --------------------------------------------------------------------------------
     def drain(self, index: int) -> None:
         """Send what may go now: per leader, up to the in-flight limit, one batch per partition a request."""

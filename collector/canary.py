@@ -4,7 +4,9 @@ The canary owns a topic with one partition led by each broker (replication facto
 partition i's replicas rotated so broker i is its preferred leader, min.insync.replicas 2 unless set), creates it
 if absent, and moves a partition's leadership back to its preferred leader when it has drifted for longer than
 a grace period. An idempotent acks=all producer writes sequence-numbered records to every partition at a set
-rate; a consumer (assign(), no group) reads them back. Per partition and interval `take_interval` reports:
+rate; a reader without a consumer group (Fetch requests to each leader over the collector's own per-broker
+connections, collector/canary_fetch.py) reads them back from the offsets the canary remembers. Per partition and
+interval `take_interval` reports:
 
 - sent, acknowledged, and refused by Kafka error code (librdkafka's names mapped to Kafka's, e.g.
   NOT_LEADER_FOR_PARTITION -> NOT_LEADER_OR_FOLLOWER; local ones keep librdkafka's `_MSG_TIMED_OUT`). A record
@@ -22,6 +24,9 @@ rate; a consumer (assign(), no group) reads them back. Per partition and interva
   against the fixture cluster: the log then holds them twice). Also: read back (confirmed),
   unverified (forgotten after the horizon without being read back: not a loss), produce latency (ack - send) and
   round-trip latency (read - send), p50/p99/max in ms.
+- how long the oldest record still waiting for its answer has waited at the interval's end (`unacked_for_ms`):
+  a stalled ISR follower holds every acks=all write until Kafka drops it from the ISR or fences its broker, and
+  this grows from the first second of the stall.
 
 What it knows survives a restart: `save_state` writes `<state root>/_collector/<cluster id>/canary_state.json`
 (atomically; the root is a local lakehouse, or the collector's `--state-dir`), and a canary started on the same
@@ -42,18 +47,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import (
-    Consumer,
-    KafkaError,
-    KafkaException,
-    Message,
-    Producer,
-    TopicPartition,
-)
-from confluent_kafka.admin import (
-    AdminClient,
-)
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka.admin import AdminClient
 
+from collector.canary_fetch import Connect, LeaderReader
 from collector.canary_leaders import keep_preferred_leaders
 from collector.canary_read import Counters, ReadBack
 from collector.canary_state import (
@@ -65,6 +62,7 @@ from collector.canary_state import (
     encode_value,
 )
 from collector.canary_topic import (
+    CONSUMER_FETCH_WAIT_MS,
     SEQ_RESTART_GAP,
     CanaryConfig,
     CanaryError,
@@ -75,6 +73,7 @@ from collector.canary_topic import (
     wall_ms,
 )
 from collector.json_file import write_json_atomic
+from collector.kafka_wire import BrokerConnection
 
 __all__ = ["Canary"]
 
@@ -83,15 +82,24 @@ log = logging.getLogger(__name__)
 # ---- the canary ----------------------------------------------------------------------------------
 
 class Canary(ReadBack):
-    """`start()`, then once per collection interval `take_interval(now_ms)` and `save_state()`; `stop()`."""
+    """`start()`, then once per collection interval `take_interval(now_ms)` and `save_state()`; `stop()`.
 
-    def __init__(self, config: CanaryConfig, state_root: str | os.PathLike[str]) -> None:
+    `connect(address, timeout_s)` opens the reader's connection to a broker: the collector's own
+    (`BrokerConnection`), with its TLS and SASL settings when it has any; the librdkafka clients take theirs from
+    `config.client_config`."""
+
+    def __init__(self, config: CanaryConfig, state_root: str | os.PathLike[str],
+                 connect: Connect = BrokerConnection) -> None:
         if not isinstance(config, CanaryConfig):
             raise TypeError(f"config must be a CanaryConfig, got {type(config).__name__}")
         if not isinstance(state_root, str | os.PathLike):
             raise TypeError(f"state_root must be a path, got {type(state_root).__name__}")
+        if not callable(connect):
+            raise TypeError(f"connect must be callable (address, timeout_s) -> BrokerConnection, got "
+                            f"{type(connect).__name__}")
         self.config = config
         self.state_root = Path(state_root)
+        self.connect = connect
         self._lock = threading.Lock()
         self._state: CanaryState | None = None
         self._layout: TopicLayout | None = None
@@ -113,7 +121,8 @@ class Canary(ReadBack):
         self._threads: list[threading.Thread] = []
         self._admin: AdminClient | None = None
         self._producer: Producer | None = None
-        self._consumer: Consumer | None = None
+        self._reader: LeaderReader | None = None
+        self._positions: dict[int, int] = {}
         self._started = self._stopped = False
         self._drain_deadline = 0.0
 
@@ -165,14 +174,10 @@ class Canary(ReadBack):
                 self._seeks[p] = start
         self._admin = admin
         self._producer = self._new_producer()
-        self._consumer = Consumer({
-            **self._client_config(), "group.id": f"isrwatch-canary-{self._state.instance_id}",
-            "enable.auto.commit": False, "enable.auto.offset.store": False, "auto.offset.reset": "error",
-            "isolation.level": "read_uncommitted", "fetch.wait.max.ms": 100, "enable.partition.eof": False,
-            "error_cb": self._on_client_error})
-        assign = [TopicPartition(self.config.topic, p, self._seeks.pop(p)) for p in partitions if p in self._seeks]
-        if assign:
-            self._consumer.assign(assign)
+        self._reader = LeaderReader(
+            self.config.bootstrap_servers.split(","), self.config.topic, timeout_s=self.config.fetch_timeout_ms / 1000,
+            fetch_wait_ms=CONSUMER_FETCH_WAIT_MS, metadata_interval_s=self.config.metadata_interval_ms / 1000,
+            connect=self.connect)
         for name, target in (("produce", self._produce_loop), ("consume", self._consume_loop),
                              ("metadata", self._metadata_loop)):
             thread = threading.Thread(target=self._guarded, args=(target,), name=f"isrwatch-canary-{name}",
@@ -198,6 +203,9 @@ class Canary(ReadBack):
             for p in self.partitions:
                 ledger = self._state.ledger(p)
                 c = self._counters[p]
+                in_flight = self._in_flight[p]
+                # (A wall clock stepped back must not make a wait negative.)
+                unacked_for_ms = max(now_ms - min(in_flight.values()), 0) if in_flight else 0
                 c.unverified += ledger.expire(cutoff_ms)
                 unplaced = self._unplaced[p]
                 for seq in [seq for seq, (acked_ms, _) in unplaced.items() if acked_ms < cutoff_ms]:
@@ -208,7 +216,7 @@ class Canary(ReadBack):
                     sum(lost.count for lost in c.lost), tuple(c.lost), len(c.duplicates), tuple(c.duplicates),
                     c.confirmed, c.unverified, len(self._in_flight[p]), ledger.unconfirmed, c.consumer_resets,
                     c.preferred_elections, LatencySummary.of(c.produce_ms), LatencySummary.of(c.round_trip_ms),
-                    c.acked_without_offset))
+                    c.acked_without_offset, unacked_for_ms))
                 self._counters[p] = Counters()
         return CanaryInterval(now_ms, self.config.topic, "all", tuple(rows))
 
@@ -242,8 +250,8 @@ class Canary(ReadBack):
         self._closing.set()
         for thread in self._threads[1:]:
             thread.join(timeout=self._admin_s + 5)
-        if self._consumer is not None:
-            self._consumer.close()
+        if self._reader is not None:
+            self._reader.close()
         log.info("canary stopped")
 
     def __enter__(self) -> Canary:
@@ -259,7 +267,12 @@ class Canary(ReadBack):
         return self.config.admin_timeout_ms / 1000
 
     def _client_config(self) -> dict[str, Any]:
+        # socket.timeout.ms (librdkafka's default is 60 s) bounds any request to a SIGSTOPped broker, whose kernel
+        # still accepts the connection: the producer writes to a partition's new leader only once its requests to
+        # the old one have ended, and the admin client's Metadata requests wait too. Above the broker's own
+        # request timeout, so that a live broker holding an acks=all write answers first.
         return {"bootstrap.servers": self.config.bootstrap_servers, "client.id": "isrwatch-canary",
+                "socket.timeout.ms": self.config.request_timeout_ms + 1000,
                 "logger": self.config.librdkafka_logger or quiet_librdkafka_logger(), **self.config.client_config}
 
     def _new_producer(self) -> Producer:
@@ -377,10 +390,6 @@ class Canary(ReadBack):
             self._fatal = err
         else:
             log.debug("canary producer: %s", err.str())
-
-    @staticmethod
-    def _on_client_error(err: KafkaError) -> None:
-        log.debug("canary client: %s", err.str())
 
     def _replace_producer(self) -> None:
         fatal, old = self._fatal, self._producer

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from collector.canary import Canary
+from collector.canary_fetch import Connect
 from collector.canary_state import CanaryInterval
 from collector.canary_topic import CanaryConfig
+from collector.cluster_view import Partition, TopicPartition
+from collector.kafka_wire import BrokerConnection
 from collector.observed_events import Event
 
 LOSS_CAUSES = {("election", "unclean"): "unclean_election", ("election", "elr"): "elr_election",
@@ -45,8 +48,10 @@ class CanaryFeed:
                 return LOSS_CAUSES[e.event_type, e.cause], e.seq
         return "unattributed", None
 
-    def interval_rows(self, now_ms: int, next_seq: int) -> tuple[list[dict[str, Any]], list[Event]]:
-        """(ack_ledger rows, events numbered from next_seq) for the interval ending at now_ms."""
+    def interval_rows(self, now_ms: int, next_seq: int, partitions: Mapping[TopicPartition, Partition]
+                      ) -> tuple[list[dict[str, Any]], list[Event]]:
+        """(ack_ledger rows, events numbered from next_seq) for the interval ending at now_ms; `partitions` is the
+        collector's view of that moment, which gives each row its partition's leader and ISR."""
         interval = self.canary.take_interval(now_ms)
         self.last = interval
         ts = now_ms * 1000
@@ -74,10 +79,13 @@ class CanaryFeed:
                                           "first_seq": lost.first_seq, "cause_event_seq": cause_seq,
                                           "acked_between_ms": list(lost.acked_between_ms)}))
                 lost_by, lost_seq = cause, event.seq
+            seen = partitions.get((self.topic, p.partition))
             ledger.append({"ts": ts, "topic": self.topic, "partition": p.partition, "acks": "all",
                            "records_sent": p.records_sent, "records_acked": p.records_acked,
                            "records_failed": p.records_failed, "records_lost": p.records_lost,
-                           "lost_by_event_seq": lost_seq, "lost_by": lost_by})
+                           "lost_by_event_seq": lost_seq, "lost_by": lost_by, "unacked_for_ms": p.unacked_for_ms,
+                           "leader": seen.leader if seen is not None and seen.leader >= 0 else None,
+                           "isr": list(seen.isr) if seen is not None else None})
         return ledger, events
 
     def save_state(self) -> None:
@@ -103,13 +111,18 @@ class CanaryFeed:
 
 
 def canary_for_collector(bootstrap_servers: str, *, state_root: str, topic: str, rate_per_partition: float,
-                         topic_config: dict[str, str] | None = None,
-                         min_insync_replicas: int = 2) -> Callable[[str, Path], CanaryFeed]:
-    """A factory the Collector calls once it knows the cluster: the canary starts then (creating its topic)."""
+                         topic_config: dict[str, str] | None = None, min_insync_replicas: int = 2,
+                         client_config: Mapping[str, str] | None = None,
+                         connect: Connect = BrokerConnection) -> Callable[[str, Path], CanaryFeed]:
+    """A factory the Collector calls once it knows the cluster: the canary starts then (creating its topic).
+    `client_config`: librdkafka settings for the canary's producer and admin client
+    (ClientSecurity.librdkafka_config()); `connect(address, timeout_s)`: how its reader opens a connection to a
+    broker (the collector's BrokerConnection with the same security settings)."""
 
     def start(_run_id: str, _state_dir: Path) -> CanaryFeed:
         config = CanaryConfig(bootstrap_servers, topic=topic, records_per_second=rate_per_partition,
-                              topic_config=topic_config or {}, min_insync_replicas=min_insync_replicas)
-        return CanaryFeed(Canary(config, state_root).start())
+                              topic_config=topic_config or {}, min_insync_replicas=min_insync_replicas,
+                              client_config=client_config or {})
+        return CanaryFeed(Canary(config, state_root, connect).start())
 
     return start

@@ -1,7 +1,11 @@
 """The canary's read-back side (its consumer thread): each record read is placed in the partition's ledger, which
 says whether it confirms an acknowledgement, shows a loss or a duplicate; refused positions and re-reads are
 handled before each poll. A part of `collector.canary.Canary`, kept apart for its size: it works on the
-canary's state under the canary's lock."""
+canary's state under the canary's lock.
+
+The records come from a `LeaderReader` (collector/canary_fetch.py): Fetch requests to each partition's leader
+over one connection per broker, without a consumer group, from the offsets kept here. A dead or paused broker
+holds up the partitions it leads and no other."""
 
 from __future__ import annotations
 
@@ -10,12 +14,13 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
-
+from collector.canary_fetch import Fetched, LeaderReader
 from collector.canary_state import CanaryRecord, CanaryState, Duplicate, LostRecords, ReadOutcome, decode_value
 from collector.canary_topic import CanaryConfig, wall_ms
 
 log = logging.getLogger("collector.canary")
+
+POLL_S = 0.2   # the longest the consumer thread waits for answers before it looks at re-reads again
 
 
 @dataclass
@@ -42,7 +47,8 @@ class ReadBack:
     config: CanaryConfig
     _lock: threading.Lock
     _closing: threading.Event
-    _consumer: Consumer | None
+    _reader: LeaderReader | None
+    _positions: dict[int, int]        # (consumer thread) partition -> the next offset to read
     _state: CanaryState | None
     _counters: dict[int, Counters]
     _in_flight: dict[int, dict[int, int]]
@@ -62,30 +68,51 @@ class ReadBack:
             self._seeks[partition] = min(self._seeks.get(partition, first), first)
 
     def _consume_loop(self) -> None:
-        assert self._consumer is not None
+        assert self._reader is not None
         while not self._closing.is_set():
             self._reposition()
-            messages = self._consumer.consume(num_messages=500, timeout=0.2)
-            if not messages:
-                continue
+            with self._lock:
+                refused = set(self._resets)
+            reading = {p: offset for p, offset in self._positions.items() if p not in refused}
+            polled = self._reader.poll(reading, refused, timeout_s=POLL_S)
             now = wall_ms()
             with self._lock:
-                for message in messages:
-                    self._on_message(message, now)
+                for fetched in polled.fetched:
+                    self._on_fetched(fetched, now)
+                for p, offset in polled.refused.items():
+                    if self._positions.get(p) == offset and p not in self._resets:
+                        self._resets.add(p)
+                        self._counters[p].consumer_resets += 1
+                for p, (log_start, log_end) in polled.ranges.items():
+                    if p in self._resets:
+                        self._resets.discard(p)
+                        self._place_refused(p, log_start, log_end)
 
-    def _on_message(self, message: Message, now: int) -> None:
+    def _on_fetched(self, fetched: Fetched, now: int) -> None:
+        """(lock held) A fetch's records, unless the partition was moved elsewhere since it was asked."""
+        p = fetched.partition
+        if self._positions.get(p) != fetched.fetched_offset:
+            return
+        for offset, value in fetched.records:
+            self._on_record(p, offset, value, now)
+        self._positions[p] = fetched.next_offset
+
+    def _place_refused(self, p: int, log_start: int, log_end: int) -> None:
+        """(lock held) Kafka refused the partition's position (OFFSET_OUT_OF_RANGE): read again from the oldest
+        remembered record, or where the consumer was, within the log as it is now."""
         assert self._state is not None
-        err, p, offset = message.error(), message.partition(), message.offset()
-        if err is not None:
-            if err.code() == KafkaError._AUTO_OFFSET_RESET and p is not None:
-                self._resets.add(p)
-                self._counters[p].consumer_resets += 1
-            else:
-                log.debug("canary consumer: %s", err.str())
+        ledger = self._state.ledger(p)
+        self._counters[p].unverified += ledger.forget_below(log_start)  # deleted by retention, not lost
+        first = ledger.first_offset
+        target = first if first is not None else min(ledger.read_next or log_end, log_end)
+        self._seeks[p] = max(log_start, min(self._seeks.get(p, target), target))
+
+    def _on_record(self, p: int, offset: int, value: bytes | None, now: int) -> None:
+        """(lock held) The consumer read `value` at `offset` of partition p."""
+        assert self._state is not None
+        if p not in self._counters:
             return
-        if p is None or offset is None or p not in self._counters:
-            return
-        record = decode_value(message.value())
+        record = decode_value(value)
         if record is None or record.instance_id != self._state.instance_id or record.partition != p:
             record = None
         elif record.seq in self._in_flight[p]:
@@ -126,52 +153,13 @@ class ReadBack:
             c.duplicates.append(dup)
 
     def _reposition(self) -> None:
-        """(consumer thread) Handle refused positions, pending re-reads and partitions to assign."""
-        assert self._consumer is not None and self._state is not None
-        topic = self.config.topic
-        with self._lock:
-            resets, self._resets = self._resets, set()
-        for p in resets:
-            try:
-                low, high = self._consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=2.0, cached=False)
-            except KafkaException as e:
-                log.debug("canary consumer: watermarks of partition %d: %s", p, e)
-                with self._lock:
-                    self._resets.add(p)
-                continue
-            with self._lock:
-                ledger = self._state.ledger(p)
-                self._counters[p].unverified += ledger.forget_below(low)  # deleted by retention, not lost
-                first = ledger.first_offset
-                target = first if first is not None else min(ledger.read_next or high, high)
-                self._seeks[p] = max(low, min(self._seeks.get(p, target), target))
+        """(consumer thread) Apply the pending re-reads and place the partitions whose first record is known."""
+        assert self._state is not None
         with self._lock:
             seeks, self._seeks = self._seeks, {}
             for p in list(self._unassigned):
                 first = self._state.ledger(p).first_offset
                 if first is not None:
                     seeks[p] = min(seeks.get(p, first), first)
-        for p, offset in seeks.items():
-            try:
-                if p in self._unassigned:
-                    self._consumer.incremental_assign([TopicPartition(topic, p, offset)])
                     self._unassigned.discard(p)
-                else:
-                    self._seek(p, offset)
-            except KafkaException as e:
-                log.debug("canary consumer: repositioning partition %d at %d: %s", p, offset, e)
-                with self._lock:
-                    self._seeks[p] = min(self._seeks.get(p, offset), offset)
-
-    def _seek(self, p: int, offset: int) -> None:
-        assert self._consumer is not None
-        tp = TopicPartition(self.config.topic, p, offset)
-        try:
-            self._consumer.seek(tp)
-        except KafkaException as e:
-            if e.args[0].code() != KafkaError._STATE:
-                raise
-            # Not fetching (stopped by auto.offset.reset=error after a refused position, or not started yet):
-            # assign it again at the offset.
-            self._consumer.incremental_unassign([TopicPartition(self.config.topic, p)])
-            self._consumer.incremental_assign([tp])
+        self._positions.update(seeks)

@@ -27,6 +27,8 @@ LIBRDKAFKA_LOGGER = "collector.canary.librdkafka"
 # After a restart the sequence numbers continue this far above the saved next one, so that records a crashed
 # canary wrote after its last save can never be taken for the new ones.
 SEQ_RESTART_GAP = 1 << 32
+# How long a broker may hold the consumer's fetch when it has no new record (fetch_max_wait_ms).
+CONSUMER_FETCH_WAIT_MS = 100
 # librdkafka error names that differ from Kafka's (Errors.java), for the codes a producer can get.
 _KAFKA_NAMES = {2: "CORRUPT_MESSAGE", 3: "UNKNOWN_TOPIC_OR_PARTITION", 4: "INVALID_FETCH_SIZE",
                 6: "NOT_LEADER_OR_FOLLOWER", 10: "MESSAGE_TOO_LARGE", 11: "STALE_CONTROLLER_EPOCH",
@@ -68,12 +70,14 @@ class CanaryConfig:
     topic_config: Mapping[str, str] = field(default_factory=dict)   # e.g. unclean.leader.election.enable
     delivery_timeout_ms: int = 5_000               # librdkafka message.timeout.ms: a refusal is known by then
     request_timeout_ms: int = 3_000                # how long a broker may hold an acks=all produce
+    fetch_timeout_ms: int = 2_000                  # how long the consumer waits for one broker's answer
     retries: int = 1
     leader_grace_ms: int = 30_000                  # leadership off its preferred broker this long is moved back
     metadata_interval_ms: int = 1_000
     admin_timeout_ms: int = 5_000
     verify_horizon_ms: int = 3_600_000             # acknowledged records are watched this long
-    client_config: Mapping[str, str] = field(default_factory=dict)  # extra librdkafka settings (security, ...)
+    # extra librdkafka settings (security, ...); out of the repr: it may hold passwords and keys
+    client_config: Mapping[str, str] = field(default_factory=dict, repr=False)
     librdkafka_logger: logging.Logger | None = None  # None: a quiet one (LIBRDKAFKA_LOGGER, no output)
 
     def __post_init__(self) -> None:
@@ -89,10 +93,13 @@ class CanaryConfig:
             raise ValueError(f"replication_factor must be >= 1 or None, got {self.replication_factor!r}")
         if self.retries < 1:
             raise ValueError(f"retries must be >= 1 (the idempotent producer needs it), got {self.retries!r}")
-        for name in ("delivery_timeout_ms", "request_timeout_ms", "leader_grace_ms", "metadata_interval_ms",
-                     "admin_timeout_ms", "verify_horizon_ms"):
+        for name in ("delivery_timeout_ms", "request_timeout_ms", "fetch_timeout_ms", "leader_grace_ms",
+                     "metadata_interval_ms", "admin_timeout_ms", "verify_horizon_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        if self.fetch_timeout_ms <= CONSUMER_FETCH_WAIT_MS:
+            raise ValueError(f"fetch_timeout_ms must exceed the consumer's fetch wait of {CONSUMER_FETCH_WAIT_MS} ms, "
+                             f"got {self.fetch_timeout_ms!r}")
         if "min.insync.replicas" in self.topic_config:
             raise ValueError("topic_config must not set min.insync.replicas: use min_insync_replicas")
 

@@ -25,7 +25,8 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsRespo
 from kafka.protocol.metadata.api_versions import ApiVersionsRequest, ApiVersionsResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
-from collector.kafka_wire import BrokerConnection, BrokerUnavailable, PreEncoded
+from collector.client_security import PLAINTEXT_SECURITY, ClientSecurity
+from collector.kafka_wire import BrokerConnection, BrokerSecurityError, BrokerUnavailable, PreEncoded
 from collector.metadata_key import metadata_key, metadata_key_checked
 
 METADATA_VERSION = 12
@@ -102,7 +103,8 @@ class ClusterView:
 class ClusterReader:
     """Reads the cluster every interval through one connection per broker, each request under `timeout_s`."""
 
-    def __init__(self, bootstrap_servers: Iterable[str], *, timeout_s: float = 0.5, config_every: int = 30) -> None:
+    def __init__(self, bootstrap_servers: Iterable[str], *, timeout_s: float = 0.5, config_every: int = 30,
+                 security: ClientSecurity = PLAINTEXT_SECURITY) -> None:
         self.bootstrap = [a.strip() for a in bootstrap_servers if a.strip()]
         if not self.bootstrap:
             raise CollectorError("no bootstrap server given: pass --bootstrap-servers HOST:PORT[,HOST:PORT…]")
@@ -112,6 +114,7 @@ class ClusterReader:
                 raise CollectorError(f"bootstrap server {address!r} is not HOST:PORT")
         self.timeout_s = timeout_s
         self.config_every = config_every
+        self.security = security
         self.connections: dict[int, BrokerConnection] = {}
         self.addresses: dict[int, str] = {}
         self.cluster_id = ""
@@ -136,10 +139,13 @@ class ClusterReader:
         """Learn the brokers from the first bootstrap address that answers; a clear error if none does."""
         errors: list[str] = []
         for address in self.bootstrap:
-            conn = BrokerConnection(address, self.timeout_s * 4)
+            conn = BrokerConnection(address, self.timeout_s * 4, self.security)
             try:
                 meta = conn.request(MetadataRequest(topics=[], allow_auto_topic_creation=False),
                                     MetadataResponse, METADATA_VERSION)
+            except BrokerSecurityError as e:
+                # The other bootstrap brokers would refuse the same settings: say so at once.
+                raise CollectorError(f"cannot connect to Kafka: {e}") from None
             except BrokerUnavailable as e:
                 errors.append(str(e))
                 continue
@@ -160,7 +166,7 @@ class ClusterReader:
                 if b.node_id in self.connections:
                     self.connections[b.node_id].close()
                 self.addresses[b.node_id] = address
-                self.connections[b.node_id] = BrokerConnection(address, self.timeout_s)
+                self.connections[b.node_id] = BrokerConnection(address, self.timeout_s, self.security)
         return brokers
 
     # ---- one interval ------------------------------------------------------------------------------

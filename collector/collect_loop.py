@@ -23,13 +23,16 @@ import httpx
 import pyarrow as pa
 
 from collector import bronze_rows as rows
-from collector.cluster_view import ClusterReader, ClusterView, TopicConfig, TopicPartition
+from collector.client_security import PLAINTEXT_SECURITY, ClientSecurity
+from collector.cluster_view import ClusterReader, ClusterView, Partition, TopicConfig, TopicPartition
 from collector.json_file import write_json_atomic
-from collector.metrics_scrape import MeterState, NodeScrape, reported_node_id, scrape_nodes
+from collector.metrics_coverage import CoverageTracker, metrics_gaps, node_of_url
+from collector.metrics_scrape import MeterState, NodeScrape, scrape_nodes
 from collector.observed_events import (
     Event,
     Remembered,
     broker_events,
+    controlled_shutdown_silence_ms,
     election_kind,
     hold_stale_partitions,
     topic_events,
@@ -38,6 +41,7 @@ from collector.observed_events import (
 from foundation.bronze_sink import DeltaSink
 from foundation.object_store import is_object_store
 from schemas import bronze
+from schemas.bronze import NodeRole
 from schemas.table import TableDef
 
 log = logging.getLogger("isrwatch.collect")
@@ -49,8 +53,10 @@ class CanarySource(Protocol):
     def observe(self, events: list[Event]) -> None:
         """The collector's numbered events of this interval (elections, truncations) to attribute losses to."""
 
-    def interval_rows(self, now_ms: int, next_seq: int) -> tuple[list[dict[str, Any]], list[Event]]:
-        """(ack_ledger rows, events numbered from next_seq) for the interval ending at now_ms."""
+    def interval_rows(self, now_ms: int, next_seq: int, partitions: dict[TopicPartition, Partition]
+                      ) -> tuple[list[dict[str, Any]], list[Event]]:
+        """(ack_ledger rows, events numbered from next_seq) for the interval ending at now_ms; `partitions`, the
+        interval's view, gives the leader and ISR its writes wait on."""
 
     def save_state(self) -> None: ...
 
@@ -68,6 +74,10 @@ class CollectSettings:
     timeout_s: float = 0.5
     config_every: int = 30
     state_dir: str | None = None     # where `_collector/` goes; default the lakehouse, when it is a local one
+    # Alert rule -> the broker_metrics keys its condition reads (conf/alerts.yaml, read by the CLI): the rules a
+    # node's missing metrics blind, in bronze.metrics_coverage and the warnings.
+    alert_rule_metrics: dict[str, frozenset[str]] = field(default_factory=dict)
+    security: ClientSecurity = PLAINTEXT_SECURITY   # TLS and SASL for every Kafka connection (--command-config)
 
     @property
     def state_root(self) -> str:
@@ -117,7 +127,7 @@ class Collector:
         self.settings = settings
         self.wall_ms = wall_ms
         self.reader = ClusterReader(settings.bootstrap_servers, timeout_s=settings.timeout_s,
-                                    config_every=settings.config_every)
+                                    config_every=settings.config_every, security=settings.security)
         self.reader.connect()
         self.start_ms = wall_ms()
         self.cluster_id = self.reader.cluster_id
@@ -130,6 +140,9 @@ class Collector:
         self.meters = MeterState()
         self.metrics_urls: dict[int, str] = {n: u[0] for n, u in settings.metrics_urls.items() if n is not None}
         self.unassigned_urls: list[str] = list(settings.metrics_urls.get(None, []))
+        self.unassigned_scrapes: dict[str, NodeScrape] = {}   # this interval's, of the URLs still unassigned
+        self.coverage = CoverageTracker(settings.alert_rule_metrics)
+        self.metrics_gaps: list[tuple[str, str]] = []   # (warning, brief): what no metrics URL watches
         self.canary = canary_factory(self.run_id, self.state_dir) if canary_factory else None
         self.batch_id = 0
         self.next_seq = 0
@@ -138,6 +151,7 @@ class Collector:
         self.racks: dict[int, str | None] = {}
         self.registered: set[int] | None = None
         self.silent: dict[int, str] = {}
+        self.last_answered_ms: dict[int, int] = {}   # broker -> the last interval it answered (bounded by brokers)
         self.written_configs: dict[str, TopicConfig] = {}
         self.last_interval_ms = 0.0
         self.stale_answers = 0    # partitions answered at an older leader epoch than recorded, held
@@ -168,17 +182,24 @@ class Collector:
         self.last_interval_ms = (time.perf_counter() - t0) * 1000
         return {"batch": self.batch_id - 1, "partitions": len(view.partitions), "events": len(events),
                 "not_answering": sorted(view.not_answering), "elapsed_ms": round(self.last_interval_ms, 1),
-                "gathered_ms": round(gathered_ms, 1), "steps_ms": {k: round(v, 1) for k, v in view.step_ms.items()}}
+                "gathered_ms": round(gathered_ms, 1), "steps_ms": {k: round(v, 1) for k, v in view.step_ms.items()},
+                "metrics_warnings": [*self.coverage.warnings(), *(warning for warning, _ in self.metrics_gaps)]}
+
+    def metrics_briefs(self) -> list[str]:
+        """A few words per metrics URL or node missing, for a progress line."""
+        return [*self.coverage.briefs(), *(brief for _, brief in self.metrics_gaps)]
 
     def _scrape(self) -> dict[int, NodeScrape]:
         timeout = self.settings.timeout_s
         if self.unassigned_urls:
             learned = scrape_nodes(self.http, dict(enumerate(self.unassigned_urls)), timeout_s=timeout)
             for i, scrape in learned.items():
-                node = reported_node_id(scrape.exposition) if scrape.exposition is not None else None
+                exposition = scrape.exposition
+                node = node_of_url(scrape.url, exposition, self.reader.addresses) if exposition is not None else None
                 if node is not None:
                     self.metrics_urls[node] = self.unassigned_urls[i]
             self.unassigned_urls = [u for u in self.unassigned_urls if u not in self.metrics_urls.values()]
+            self.unassigned_scrapes = {s.url: s for s in learned.values() if s.url in self.unassigned_urls}
         return scrape_nodes(self.http, self.metrics_urls, timeout_s=timeout) if self.metrics_urls else {}
 
     def _tables(self, view: ClusterView, scrapes: dict[int, NodeScrape],
@@ -188,9 +209,11 @@ class Collector:
         registered = set(view.brokers)
         if view.brokers or not view.not_answering:
             if self.registered is not None:
-                events += broker_events(ts, self.registered, registered, self.silent, view.not_answering)
+                events += broker_events(ts, self.registered, registered, self.silent, view.not_answering,
+                                        self.last_answered_ms, controlled_shutdown_silence_ms(self.interval_ms))
             self.registered = registered
         self.silent = dict(view.not_answering)
+        self.last_answered_ms.update({b: ts for b in view.brokers if b not in view.not_answering})
         self.racks.update({b.node_id: b.rack for b in view.brokers.values()})
         self.registry |= registered | {b for p in view.partitions.values() for b in p.replicas}
         configs = dict(self.reader.topic_configs)
@@ -207,13 +230,18 @@ class Collector:
                     (scrape.exposition is not None and not scrape.exposition.is_broker):
                 self.controllers.add(node)
             metric_rows += node_rows
+        roles = {**{c: NodeRole.CONTROLLER for c in self.controllers}, **{b: NodeRole.BROKER for b in self.registry}}
+        coverage = self.coverage.observe([*sorted(scrapes.items()), *((None, s) for s in
+                                                                       self.unassigned_scrapes.values())], roles)
+        self.metrics_gaps = metrics_gaps(self.registry, set(self.metrics_urls), self.controllers, scrapes,
+                                         list(self.unassigned_scrapes.values()), self.settings.alert_rule_metrics)
         for e in events:
             e.seq = self.next_seq
             self.next_seq += 1
         ack_rows: list[dict[str, Any]] = []
         if self.canary is not None:
             self.canary.observe(events)
-            ack_rows, canary_events = self.canary.interval_rows(ts, self.next_seq)
+            ack_rows, canary_events = self.canary.interval_rows(ts, self.next_seq, view.partitions)
             self.next_seq += len(canary_events)
             events += canary_events
 
@@ -238,6 +266,9 @@ class Collector:
             # The canary's consumer reads by assignment, not as a group: no consumer group to report.
             bronze.CONSUMER_PROGRESS: rows.table(bronze.CONSUMER_PROGRESS, r, b, []),
         }
+        if coverage or b == 0:   # a commit only with a change, but the table exists from the first batch on
+            out[bronze.METRICS_COVERAGE] = rows.table(bronze.METRICS_COVERAGE, r, b,
+                                                      [c.row(rows.us(ts)) for c in coverage])
         self.written_configs.update({t: configs[t] for t in changed_topics})
         return out, events
 

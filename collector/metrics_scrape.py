@@ -1,15 +1,12 @@
 """bronze.broker_metrics from a real cluster: each Kafka process's Prometheus JMX exporter, scraped and parsed.
 
-Every broker and controller runs the exporter javaagent with conf/jmx_exporter.yaml, which names an MBean's
-attribute `kafka_<domain>_<type>_<name>` with the MBean's other keys as labels plus `attribute="Count"|"Value"`:
-
-    kafka.network:type=RequestMetrics,name=ErrorsPerSec,request=Produce,error=NOT_ENOUGH_REPLICAS  Count
-      ->  kafka_network_RequestMetrics_ErrorsPerSec{request="Produce",error="NOT_ENOUGH_REPLICAS",attribute="Count"}
-
-so the series of each key in schemas.kafka_metrics.MBEANS follows from its MBean name. A scrape gives
+A node's exporter may name its MBeans under any of the configurations collector/exporter_dialects.py knows:
+conf/jmx_exporter.yaml, the exporter's default rules, Strimzi's or Confluent's. Each scrape is read under the one
+with the most matching series, so a scrape gives
 - the metric values under their MBEANS keys (a gauge's Value, a meter's cumulative Count),
-- the JVM's `process_start_time_seconds` (meters count from it: a new value means the process restarted),
-- the node's own id (kafka.server:type=app-info,id=N), so a metrics URL needs no node id beside it,
+- when the process started (meters count from it: a new value means the process restarted), when it says,
+- the node's own id (kafka.server:type=app-info,id=N) where the naming exports it, so a metrics URL needs no node
+  id beside it, and the node's view of the active controller,
 and MeterState turns successive scrapes of a node into rows with Kafka's semantics, as the emulator's
 broker_emulator/metrics.py writes them: broker gauges and meters from brokers, controller gauges and meters
 only from the active controller, a meter as its count since the process started plus its rate over the
@@ -28,67 +25,75 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS, metric_name
+from collector.exporter_dialects import DIALECTS, METER_KEYS, Dialect, Series
+from schemas.bronze import ExporterRules
+from schemas.kafka_metrics import (
+    BROKER_KEYS,
+    BROKER_METERS,
+    CONTROLLER_KEYS,
+    CONTROLLER_METERS,
+    MBEANS,
+    metric_name,
+)
 
 Kind = Literal["gauge", "meter"]
 
-
-def exporter_series(mbean: str) -> tuple[str, dict[str, str]]:
-    """The exporter's series name and labels (without `attribute`) for an MBean name, per conf/jmx_exporter.yaml.
-
-    >>> exporter_series("kafka.server:type=ReplicaFetcherManager,name=MaxLag,clientId=Replica")
-    ('kafka_server_ReplicaFetcherManager_MaxLag', {'clientId': 'Replica'})
-    """
-    domain, key_list = mbean.split(":", 1)
-    keys = dict(pair.split("=", 1) for pair in key_list.split(","))
-    mbean_type, name = keys.pop("type"), keys.pop("name")
-    return f"{domain.replace('.', '_')}_{mbean_type}_{name}", keys
-
-
-METER_KEYS = frozenset((*BROKER_METERS, *CONTROLLER_METERS))
-# Brokers register the kafka.server and kafka.network MBeans; the controller metrics are kafka.controller's.
-CONTROLLER_KEYS = tuple(k for k in MBEANS if MBEANS[k].startswith("kafka.controller:"))
-BROKER_KEYS = tuple(k for k in MBEANS if k not in CONTROLLER_KEYS)
 assert {k for k in BROKER_KEYS if k in METER_KEYS} == set(BROKER_METERS), "a broker meter outside kafka.server/network"
 assert {k for k in CONTROLLER_KEYS if k in METER_KEYS} == set(CONTROLLER_METERS), "a controller meter elsewhere"
 
 # Kafka registers a request's error meter the first time that error is returned (RequestMetrics' ErrorMeter),
-# so on a reporting broker an absent produce-error series means zero such errors since the process started.
+# so on a reporting broker whose exporter exports these meters an absent produce-error series means zero such
+# errors since the process started. Under rules that never export them (Strimzi's) they are missing.
 ZERO_WHEN_ABSENT = frozenset(k for k in BROKER_METERS if metric_name(k) == "ErrorsPerSec")
+# The ZooKeeper controller's election timer: Kafka 4's KRaft controller has none. Read when a node exports it,
+# never expected of one.
+ZOOKEEPER_ONLY = frozenset({"LeaderElectionRateAndTimeMs"})
 
-
-def _series_index() -> dict[tuple[str, frozenset[tuple[str, str]]], str]:
-    """(series name, exact label set) -> MBEANS key. Exact labels pick the all-topics BrokerTopicMetrics
-    series (the per-topic ones carry a `topic` label) and the produce errors (request="Produce")."""
-    index = {}
-    for key, mbean in MBEANS.items():
-        name, labels = exporter_series(mbean)
-        attribute = "Count" if key in METER_KEYS else "Value"
-        index[name, frozenset({**labels, "attribute": attribute}.items())] = key
-    return index
-
-
-SERIES = _series_index()
-NODE_ID = "kafka_server_app_info_StartTimeMs"
 PROCESS_START = "process_start_time_seconds"
-CURRENT_CONTROLLER_ID = "kafka_server_MetadataLoader_CurrentControllerId"
-_READ_NAMES = {name for name, _ in SERIES} | {NODE_ID, PROCESS_START, CURRENT_CONTROLLER_ID}
-# A name followed by its labels or by the value: "kafka_x" must not select "kafka_x_more".
-_READ_PREFIXES = tuple(sorted(f"{name}{end}" for name in _READ_NAMES for end in ("{", " ")))
+# The exporter's own build (its `name` label): the javaagent's process_start_time_seconds is the broker JVM's; a
+# standalone exporter (jmx_prometheus_httpserver, renamed jmx_prometheus_standalone later), reading the broker
+# over remote JMX, would give its own process's.
+BUILD_INFO = "jmx_exporter_build_info"
+STANDALONE_BUILDS = frozenset({"jmx_prometheus_httpserver", "jmx_prometheus_standalone"})
+
+# series -> (dialect index, MBEANS key) of every dialect naming a metric so
+_BY_SERIES: dict[Series, list[tuple[int, str]]] = {}
+for _i, _dialect in enumerate(DIALECTS):
+    for _series, _key in _dialect.series.items():
+        _BY_SERIES.setdefault(_series, []).append((_i, _key))
+_CURRENT_CONTROLLER: dict[Series, list[int]] = {}
+for _i, _dialect in enumerate(DIALECTS):
+    if _dialect.current_controller is not None:
+        _CURRENT_CONTROLLER.setdefault(_dialect.current_controller, []).append(_i)
+_NODE_ID_SERIES = {d.node_id_series for d in DIALECTS if d.node_id_series is not None}
+
+_READ_NAMES = frozenset({name for name, _ in (*_BY_SERIES, *_CURRENT_CONTROLLER)} | _NODE_ID_SERIES
+                        | {PROCESS_START, BUILD_INFO})
+# The default naming puts many MBeans under one series name (kafka_network_RequestMetrics_Count: ~650 series on a
+# broker, one per request type and timer) and tells them apart by their `name` label: of those, only lines with one
+# of the names read here go to the parser.
+_NAME_LABELS: dict[str, tuple[str, ...]] = {}
+for _name in {name for name, _ in (*_BY_SERIES, *_CURRENT_CONTROLLER)}:
+    _labelled = [dict(labels) for name, labels in (*_BY_SERIES, *_CURRENT_CONTROLLER) if name == _name]
+    if all("name" in labels for labels in _labelled):
+        _NAME_LABELS[_name] = tuple(sorted({f'name="{labels["name"]}"' for labels in _labelled}))
 
 
 class ExpositionError(ValueError):
-    """Raised when a node's answer is not an exposition this module can read (garbage, or no process start)."""
+    """Raised when a node's answer is not an exposition this module can read."""
 
 
 @dataclass(frozen=True)
 class Exposition:
     """What one scrape of one node says, in the table's vocabulary."""
 
-    process_start_s: float
+    rules: ExporterRules  # the naming the exposition was read under; UNRECOGNISED when no series matched
     values: Mapping[str, float]  # MBEANS key -> the gauge's Value or the meter's Count; only series present
     node_id: int | None  # the node's own id (app-info), if exported
     current_controller_id: int | None  # the node's view of the active controller (MetadataLoader), if exported
+    process_start_s: float | None  # when the node's process started, if the exposition says (else MeterState
+    # estimates it)
+    zero_when_absent: frozenset[str] = frozenset()  # ZERO_WHEN_ABSENT keys the naming exports
 
     @property
     def is_broker(self) -> bool:
@@ -99,14 +104,20 @@ class Exposition:
     def is_active_controller(self) -> bool:
         return self.values.get("ActiveControllerCount") == 1.0
 
+    @property
+    def is_controller(self) -> bool:
+        return "ActiveControllerCount" in self.values
+
 
 def parse_exposition(text: str) -> Exposition:
-    """Read an exporter's exposition with prometheus_client's parser.
+    """Read an exporter's exposition with prometheus_client's parser, under the naming with the most matching
+    series (a tie goes to the earlier in exporter_dialects.DIALECTS, conf/jmx_exporter.yaml's first).
 
     Only the lines of series read here reach the parser: an exporter configured with more than
     conf/jmx_exporter.yaml's MBeans exports ~12 series per hosted replica (kafka_log_Log_*,
     kafka_cluster_Partition_*, fetcher lag), and the pure-Python parser spends ~25 µs on each line. The
-    selection looks at the metric name only; every line it keeps is parsed, labels and value, by the parser.
+    selection looks at the metric name (and, where a name is shared by many MBeans, their `name` label) only;
+    every line it keeps is parsed, labels and value, by the parser.
     """
     reader = _SampleReader()
     try:
@@ -119,34 +130,59 @@ def parse_exposition(text: str) -> Exposition:
 
 
 def _lines_read(text: str) -> str:
-    return "\n".join(line for line in text.splitlines() if line.startswith(_READ_PREFIXES))
+    kept = []
+    for line in text.splitlines():
+        brace = line.find("{")
+        name = line[:brace] if brace >= 0 else line.partition(" ")[0]
+        if name in _READ_NAMES:
+            fragments = _NAME_LABELS.get(name)
+            if fragments is None or any(f in line for f in fragments):
+                kept.append(line)
+    return "\n".join(kept)
 
 
 @dataclass
 class _SampleReader:
-    values: dict[str, float] = field(default_factory=dict)
+    values: list[dict[str, float]] = field(default_factory=lambda: [{} for _ in DIALECTS])
+    current_controller_id: list[int | None] = field(default_factory=lambda: [None for _ in DIALECTS])
     node_id: int | None = None
+    app_info_start_ms: float | None = None
     process_start_s: float | None = None
-    current_controller_id: int | None = None
+    build: str | None = None
 
     def take(self, sample: Sample) -> None:
         name, labels = sample.name, sample.labels
-        if name == NODE_ID and labels.get("id", "").isdigit():
+        if name in _NODE_ID_SERIES and set(labels) == {"id"} and labels["id"].isdigit():
             self.node_id = int(labels["id"])
+            self.app_info_start_ms = sample.value
         elif name == PROCESS_START and not labels:
             self.process_start_s = sample.value
-        elif name == CURRENT_CONTROLLER_ID and labels == {"attribute": "Value"}:
-            self.current_controller_id = int(sample.value)
+        elif name == BUILD_INFO:
+            self.build = labels.get("name")
         else:
-            key = SERIES.get((name, frozenset(labels.items())))
-            if key is not None:
-                self.values[key] = sample.value
+            series = (name, frozenset(labels.items()))
+            for i in _CURRENT_CONTROLLER.get(series, ()):
+                self.current_controller_id[i] = int(sample.value)
+            for i, key in _BY_SERIES.get(series, ()):
+                self.values[i][key] = sample.value
 
     def exposition(self) -> Exposition:
-        if self.process_start_s is None:
-            # Meters count from the process start; without it a restart could not be told from a reset.
-            raise ExpositionError(f"exposition has no {PROCESS_START}")
-        return Exposition(self.process_start_s, self.values, self.node_id, self.current_controller_id)
+        matches = [len(v) + (c is not None) for v, c in zip(self.values, self.current_controller_id, strict=True)]
+        best = max(range(len(DIALECTS)), key=lambda i: (matches[i], -i))
+        if matches[best] == 0:
+            return Exposition(ExporterRules.UNRECOGNISED, {}, self.node_id, None, self._process_start())
+        dialect: Dialect = DIALECTS[best]
+        return Exposition(dialect.rules, self.values[best], self.node_id, self.current_controller_id[best],
+                          self._process_start(), ZERO_WHEN_ABSENT & dialect.exported_keys)
+
+    def _process_start(self) -> float | None:
+        """The javaagent's process_start_time_seconds (the broker JVM's), else app-info's StartTimeMs (when the Kafka
+        server in it started: a standalone exporter's own process is no broker's), else unknown."""
+        if self.process_start_s is not None and self.build not in STANDALONE_BUILDS:
+            return self.process_start_s
+        if self.app_info_start_ms is not None:
+            return self.app_info_start_ms / 1000
+        return None
 
 
 def reported_node_id(exposition: Exposition) -> int | None:
@@ -167,16 +203,17 @@ def expected_keys(exposition: Exposition) -> tuple[str, ...]:
 
 
 def reported_values(exposition: Exposition) -> dict[str, float]:
-    """Key -> value of each row the node reports: absent produce-error meters count 0, other absent series
-    are left out (missing_keys)."""
-    values = exposition.values
-    return {k: values.get(k, 0.0) for k in expected_keys(exposition) if k in values or k in ZERO_WHEN_ABSENT}
+    """Key -> value of each row the node reports: absent produce-error meters count 0 where the naming exports
+    them, other absent series are left out (missing_keys)."""
+    values, zero = exposition.values, exposition.zero_when_absent
+    return {k: values.get(k, 0.0) for k in expected_keys(exposition) if k in values or k in zero}
 
 
 def missing_keys(exposition: Exposition) -> list[str]:
-    """Keys this node should report but whose series are absent, so their rows are left out: Kafka 4.x's
-    KRaft controller has no LeaderElectionRateAndTimeMs (that timer was the ZooKeeper controller's)."""
-    return [k for k in expected_keys(exposition) if k not in exposition.values and k not in ZERO_WHEN_ABSENT]
+    """Keys this node should report but whose series are absent, so their rows are left out (a ZooKeeper-only
+    metric such as LeaderElectionRateAndTimeMs, which Kafka 4's KRaft controller does not have, is not expected)."""
+    return [k for k in expected_keys(exposition)
+            if k not in exposition.values and k not in exposition.zero_when_absent and k not in ZOOKEEPER_ONLY]
 
 
 class Clock(Protocol):
@@ -301,6 +338,12 @@ class MeterState:
       so the rate is the new count over the interval, as the emulator's reset_broker gives it.
     - count lower than before in the same process (a meter unregistered and registered again): the same.
     - a node that did not answer keeps its last counts: a resumed JVM's rate spans the whole gap.
+
+    An exposition that does not say when the process started (a standalone exporter over remote JMX, under
+    rules without app-info: Strimzi's, Confluent's) gets an estimate: the time the node was first scraped, moved
+    to the scrape at which every meter that had counted anything counts less than before (the process
+    restarted: all of its meters start from zero). One meter counting less is a meter registered again, not a
+    restart: taken for one, every other meter's whole count would show as this interval's rate.
     """
 
     def __init__(self) -> None:
@@ -317,6 +360,8 @@ class MeterState:
         counts = {k: int(v) for k, v in {**exposition.values, **reported}.items() if k in METER_KEYS}
         previous = self._seen.get(node_id)
         start = exposition.process_start_s
+        if start is None:
+            start = _estimated_start(previous, counts, scrape.scraped_at_s)
         self._seen[node_id] = _Seen(start, scrape.monotonic_s, counts)
         gauges = [MetricRow(node_id, k, "gauge", v, None, start) for k, v in reported.items() if k not in METER_KEYS]
         meters = [MetricRow(node_id, k, "meter", _meter_rate(k, counts[k], previous, start, scrape.monotonic_s),
@@ -326,6 +371,16 @@ class MeterState:
     def forget(self, node_id: int) -> None:
         """Drop a node removed from the cluster; if it comes back, its first scrape has rate 0 again."""
         self._seen.pop(node_id, None)
+
+
+def _estimated_start(previous: _Seen | None, counts: Mapping[str, int], now_wall_s: float) -> float:
+    """MeterState's estimate of a process start the exposition does not give."""
+    if previous is None:
+        return now_wall_s
+    counted = {k: c for k, c in previous.counts.items() if c > 0}
+    if counted and all(counts.get(k, 0) < c for k, c in counted.items()):
+        return now_wall_s
+    return previous.process_start_s
 
 
 def _meter_rate(key: str, count: int, previous: _Seen | None, process_start_s: float, now_monotonic_s: float) -> float:

@@ -6,7 +6,9 @@ same rules and dashboards read both:
 
 - a new leader is an `election`: `clean` when it was in the previous ISR, `elr` when it was an eligible
   leader replica, `unclean` otherwise; no leader is an election with cause `offline`;
-- replicas leaving or joining the ISR are `isr_shrink` / `isr_expand` (broker_id: the leader);
+- replicas leaving or joining the ISR are `isr_shrink` / `isr_expand` (broker_id: the leader); a replica whose
+  broker has left the metadata (fenced) was removed by the controller, not by its leader: `isr_change_controller`
+  with cause `fenced`, as the emulator records it (Kafka's IsrShrinksPerSec does not count those either);
 - a new leader whose log ends below the previous high watermark is a `truncation` of the committed
   records it does not hold;
 - a broker that drops out of the metadata is `fenced`, one that comes back `unfenced`; one that stops
@@ -82,8 +84,9 @@ def election_kind(previous: Remembered, new_leader: int) -> str:
 
 
 def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, now: Partition,
-                     leader_leo: int | None) -> list[Event]:
-    """What changed in one partition between two views (nothing for a partition seen the first time)."""
+                     leader_leo: int | None, registered: set[int] | None = None) -> list[Event]:
+    """What changed in one partition between two views (nothing for a partition seen the first time).
+    `registered`: the brokers the view lists (None: unknown, every removal is its leader's)."""
     if before is None:
         return []
     if now.leader == before.leader and list(now.isr) == before.isr:
@@ -105,8 +108,13 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     removed = [b for b in before.isr if b not in now.isr]
     added = [b for b in now.isr if b not in before.isr]
     leader = now.leader if now.leader >= 0 else None
-    if removed and now.leader >= 0:
-        event("isr_shrink", "observed", broker_id=leader, detail={"removed": removed, "isr": list(now.isr)})
+    fenced = [b for b in removed if registered is not None and b not in registered]
+    dropped = [b for b in removed if b not in fenced]
+    if fenced:
+        event("isr_change_controller", "fenced",
+              detail={"previous_isr": before.isr, "isr": [b for b in before.isr if b not in fenced]})
+    if dropped and now.leader >= 0:
+        event("isr_shrink", "observed", broker_id=leader, detail={"removed": dropped, "isr": list(now.isr)})
     if added:
         event("isr_expand", "observed", broker_id=leader, detail={"added": added, "isr": list(now.isr)})
     # A new leader whose log ends below the old high watermark lost committed records (a clean leader holds
@@ -119,10 +127,28 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     return out
 
 
+def controlled_shutdown_silence_ms(interval_ms: int) -> int:
+    """How recently a broker must have answered, when it leaves the metadata, to have stopped with a controlled
+    shutdown. Kafka moves its leaderships and removes it from the ISRs while it still answers, and it leaves the
+    metadata as it stops (seen on Kafka 4.3: about 4 s from the ISR removals to the fence, answering until then); a
+    crashed or paused broker stops answering first and is fenced a session timeout (9 s) later. Two intervals and a
+    second, within 3 to 6 s: below the session timeout, whatever the interval."""
+    return min(max(3_000, 2 * interval_ms + 1_000), 6_000)
+
+
 def broker_events(ts_ms: int, registered_before: set[int], registered_now: set[int],
-                  silent_before: dict[int, str], silent_now: dict[int, str]) -> list[Event]:
+                  silent_before: dict[int, str], silent_now: dict[int, str],
+                  last_answered_ms: dict[int, int] | None = None, shutdown_silence_ms: int = 3_000) -> list[Event]:
+    """Brokers leaving or joining the metadata, and stopping or resuming answering. A broker that leaves the metadata
+    having answered within `shutdown_silence_ms` (`last_answered_ms`: when each last answered) stopped with a
+    controlled shutdown: a `broker_state` event with cause `controlled_shutdown` (state `stopped`), as the emulator
+    writes one, comes before its `fenced`."""
     out: list[Event] = []
     for b in sorted(registered_before - registered_now):
+        answered = (last_answered_ms or {}).get(b)
+        if answered is not None and ts_ms - answered <= shutdown_silence_ms:
+            out.append(Event(ts_ms, "broker_state", "controlled_shutdown", broker_id=b,
+                             detail={"state": "stopped", "last_answered_ms": answered}))
         out.append(Event(ts_ms, "fenced", "left_metadata", broker_id=b))
     for b in sorted(registered_now - registered_before):
         out.append(Event(ts_ms, "unfenced", "joined_metadata", broker_id=b))
@@ -168,7 +194,8 @@ def hold_stale_partitions(view: ClusterView, memory: dict[TopicPartition, Rememb
 
 def view_events(ts_ms: int, view: ClusterView, memory: dict[TopicPartition, Remembered]) -> list[Event]:
     out: list[Event] = []
+    registered = set(view.brokers) if view.brokers else None
     for tp, p in view.partitions.items():
         leo = view.log_end_offsets.get(tp, {}).get(p.leader)
-        out.extend(partition_events(ts_ms, tp, memory.get(tp), p, leo))
+        out.extend(partition_events(ts_ms, tp, memory.get(tp), p, leo, registered))
     return out

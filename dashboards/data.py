@@ -19,6 +19,8 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from dashboards.scope import PARTITION_STATE, Scope, bucket_ts, ts_scalar, window_filter
+from lakehouse_read.metrics_coverage import METRICS_COVERAGE as METRICS_COVERAGE
+from lakehouse_read.metrics_coverage import metrics_coverage
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines import slo_spec
 
@@ -47,6 +49,8 @@ MAX_MEMBERSHIP_PARTITIONS = 60  # x replication factor rows: a readable chart ev
 BROKER_METRIC_COLUMNS = ["ts", "broker_id", "name", "value"]
 LOSS_EVENT_COLUMNS = ["ts", "kind", "partitions", "records", "where"]
 ALERT_COLUMNS = ["severity", "status", "rule", "scope", "summary", "value", "active_since", "fired_at"]
+COVERAGE_COLUMNS = ["role", "node_id", "metrics_url", "reporting", "reason", "exporter_rules", "metrics_found",
+                    "metrics_expected", "missing", "rules_blind", "since"]
 ISR_CELL_COLUMNS = ["ts", "topic", "partition", "margin", "offline", "effective_min_isr"]
 MEMBERSHIP_COLUMNS = ["ts", "partition", "broker_id", "state"]
 OFFSET_COLUMNS = ["ts", "partition", "broker_id", "high_watermark", "log_end_offset"]
@@ -151,6 +155,13 @@ def active_alerts(reader: LakehouseReader, cluster: str | None) -> pd.DataFrame:
     frame["_status"] = frame["status"].str.split(" ").str[0].map({s: i for i, s in enumerate(ACTIVE_ALERT_STATUSES)})
     frame = frame.sort_values(["_severity", "_status", "active_since", "rule"], ignore_index=True)
     return frame[ALERT_COLUMNS]
+
+
+def node_metrics_coverage(reader: LakehouseReader, cluster: str | None) -> pd.DataFrame:
+    """Each node's current metrics coverage in the cluster (lakehouse_read.metrics_coverage), brokers first.
+    Columns `COVERAGE_COLUMNS`."""
+    items = [i for i in metrics_coverage(reader) if i["cluster"] == cluster] if cluster is not None else []
+    return pd.DataFrame(items, columns=COVERAGE_COLUMNS) if items else _empty(COVERAGE_COLUMNS)
 
 
 # -- ISR heatmap -------------------------------------------------------------------------------------------

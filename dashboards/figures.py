@@ -152,6 +152,32 @@ def alerts_figure(alerts: pd.DataFrame, empty_text: str = NO_DATA) -> go.Figure:
                         empty_text=empty_text)
 
 
+COVERAGE_FILL = {"complete": "#e3f4e1", "partial": "#fff4d6", "none": "#fde2e1"}
+
+
+def metrics_coverage_figure(coverage: pd.DataFrame) -> go.Figure:
+    """Per node: the exporter rules its metrics come under, the metrics isrwatch reads found of those expected,
+    the missing ones and the alert rules that cannot fire for want of them."""
+    rows = [] if coverage.empty else coverage.to_dict("records")
+
+    def node(r: dict[str, Any]) -> str:
+        named = r["metrics_url"] if pd.isna(r["node_id"]) else f"{r['role']} {int(r['node_id'])}"
+        return named if r["reporting"] else f"{named} (not reporting: {r['reason']})"
+
+    def state(r: dict[str, Any]) -> str:
+        if r["metrics_found"] == r["metrics_expected"] and r["reporting"] and not pd.isna(r["node_id"]):
+            return "complete"
+        return "partial" if r["metrics_found"] else "none"
+
+    cells = [[node(r) for r in rows], [r["exporter_rules"] or "" for r in rows],
+             [f"{r['metrics_found']} / {r['metrics_expected']}" for r in rows],
+             [", ".join(r["missing"]) or "none" for r in rows], [", ".join(r["rules_blind"]) or "none" for r in rows]]
+    fill = [[COVERAGE_FILL[state(r)] for r in rows]] if rows else None
+    return table_figure(["node", "exporter rules", "found / expected", "missing", "rules that cannot fire"], cells,
+                        fill, "Metrics coverage", column_widths=[2.2, 1.0, 0.9, 3.2, 1.8], row_px=34,
+                        subtitle="what each node's metrics endpoint gives isrwatch, as last recorded")
+
+
 def _when(value: pd.Timestamp | None) -> str:
     return "" if value is None or pd.isna(value) else pd.Timestamp(value).strftime("%Y-%m-%d %H:%M:%S")
 

@@ -25,6 +25,7 @@ from dashboards.figures import (
     alerts_figure,
     isr_heatmap_figure,
     isr_membership_figure,
+    metrics_coverage_figure,
     offsets_figure,
     overview_figure,
     rejections_figure,
@@ -95,6 +96,7 @@ def _overview(reader: LakehouseReader, scope: Scope, topic: str | None) -> Itera
     yield "partition-health", overview_figure(data.broker_metrics(reader, scope), data.data_loss_events(reader, scope))
     alerts_empty = "no pending or firing alerts" if scope.has_data and reader.exists(data.ALERTS) else NO_DATA
     yield "active-alerts", alerts_figure(data.active_alerts(reader, scope.cluster), empty_text=alerts_empty)
+    yield "metrics-coverage", metrics_coverage_figure(data.node_metrics_coverage(reader, scope.cluster))
 
 
 def _isr_heatmap(reader: LakehouseReader, scope: Scope, topic: str | None) -> Iterator[tuple[str, go.Figure]]:
@@ -141,8 +143,9 @@ def _topic_index(reader: LakehouseReader, scope: Scope, links: Links) -> str:
 
 
 PAGES: dict[str, Page] = {p.slug: p for p in (
-    Page("overview", "Overview", "Partition health by broker, data-loss events and the active alerts.",
-         (PARTITION_STATE, data.BROKER_METRICS, data.CLUSTER_EVENTS, data.ACK_LEDGER, data.ALERTS), _overview),
+    Page("overview", "Overview", "Partition health by broker, data-loss events, the active alerts and what each "
+         "node's metrics cover.", (PARTITION_STATE, data.BROKER_METRICS, data.CLUSTER_EVENTS, data.ACK_LEDGER,
+                                   data.ALERTS, data.METRICS_COVERAGE), _overview),
     Page("isr-heatmap", "ISR heatmap", "Every partition's ISR size against its effective min ISR, over time.",
          (PARTITION_STATE,), _isr_heatmap),
     Page("topics", "Topics", "One page per topic: ISR membership, offsets and produce errors.",

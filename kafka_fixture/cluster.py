@@ -22,8 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from collector.canary_topic import quiet_librdkafka_logger
-from kafka_fixture.processes import own_group_dying_with_parent
+from kafka_fixture.certificates import IssuedCertificate
+from kafka_fixture.processes import own_group_dying_with_parent, reap
 
 # Each JVM in its own process group (signals to the test runner's group do not reach it twice), SIGKILLed when the
 # Python process that started it dies, so no JVM outlives a killed test run.
@@ -44,6 +47,14 @@ def kafka_jars() -> Path:
     if not any(JARS_DIR.glob("kafka_2.13-*.jar")):
         raise KafkaFixtureError(f"Kafka jars not found in {JARS_DIR}: run `make kafka-jars`")
     return JARS_DIR
+
+
+def standalone_exporter_jar() -> Path:
+    jar = next((JARS_DIR / "standalone").glob("jmx_prometheus_httpserver-*.jar"), None)
+    if jar is None:
+        raise KafkaFixtureError(f"the JMX exporter's standalone server not found in {JARS_DIR / 'standalone'}: "
+                                "run `make kafka-jars`")
+    return jar
 
 
 def free_port() -> int:
@@ -74,6 +85,23 @@ logger.apache.level = INFO
 
 
 @dataclass
+class StandaloneExporter:
+    """The JMX exporter as a process of its own (jmx_prometheus_httpserver), reading one node's MBeans over remote
+    JMX under other rules than the agent's: how a node is seen through Strimzi's or Confluent's exporter rules
+    at the same moment as through conf/jmx_exporter.yaml. (A second javaagent in the broker's JVM cannot do it:
+    both agents share one metrics registry and the second refuses to start, "Can't register jmx_exporter_build
+    because a metric with that name is already registered".)"""
+
+    rules: str                      # a name for the rules, e.g. "strimzi"
+    port: int
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/metrics"
+
+
+@dataclass
 class Node:
     node_id: int
     role: str                       # "controller" or "broker"
@@ -83,6 +111,8 @@ class Node:
     directory: Path
     process: subprocess.Popen[bytes] | None = None
     paused: bool = False
+    jmx_port: int | None = None     # remote JMX on loopback, opened when the node has standalone exporters
+    exporters: dict[str, StandaloneExporter] = field(default_factory=dict)   # rules name -> its exporter
 
     @property
     def address(self) -> str:
@@ -91,6 +121,36 @@ class Node:
     @property
     def metrics_url(self) -> str | None:
         return None if self.metrics_port is None else f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def exporter_urls(self) -> dict[str, str]:
+        """Rules name -> the metrics URL of the node's standalone exporter under those rules."""
+        return {name: exporter.url for name, exporter in self.exporters.items()}
+
+
+SASL_SSL_LISTENER = "SASL_SSL"
+MTLS_LISTENER = "SSL"
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
+
+
+@dataclass(frozen=True)
+class SecureListeners:
+    """Two more listeners on every broker, beside PLAINTEXT (which stays the inter-broker listener and the one
+    `bootstrap_servers` names): SASL_SSL with SCRAM-SHA-512 for `scram_users` (name -> password, created when the
+    storage is formatted; passwords without `,` `]` `=`), and SSL requiring a client certificate signed by a CA in
+    `client_ca_pem` (mutual TLS). Both present `broker_certificate`, as PEM key and trust stores.
+
+    With `oauthbearer_scope`, the SASL_SSL listener takes OAUTHBEARER too, validated by Kafka's default for it
+    without a JWKS URL, OAuthBearerUnsecuredValidatorCallbackHandler: an unsecured JWT (`alg: none`, no signature)
+    with `sub`, `exp` and this scope in its `scope` claim. Inter-broker traffic stays PLAINTEXT; the brokers' own login
+    on the listener still makes an unsecured token (`unsecuredLoginStringClaim_sub`), never used: Kafka 4.3 logs in
+    without a token only when the login module has no option at all."""
+
+    broker_certificate: IssuedCertificate
+    client_ca_pem: bytes
+    scram_users: dict[str, str] = field(default_factory=dict)
+    oauthbearer_scope: str | None = None
 
 
 @dataclass
@@ -105,10 +165,20 @@ class KafkaCluster:
     broker_config: dict[str, str] = field(default_factory=dict)
     # Controller settings, e.g. broker.session.timeout.ms (how long a silent broker stays unfenced).
     controller_config: dict[str, str] = field(default_factory=dict)
+    # The rules of the JMX exporter agent every node runs: the project's, or those of another stack (Strimzi's, as
+    # tests/collector/data transcribes them) to watch a cluster exporting the way operators' clusters do.
+    exporter_rules: Path = JMX_EXPORTER_CONFIG
+    # TLS and SASL listeners besides PLAINTEXT; their addresses: bootstrap_for(SASL_SSL_LISTENER or MTLS_LISTENER).
+    secure_listeners: SecureListeners | None = None
+    listener_ports: dict[int, dict[str, int]] = field(default_factory=dict, init=False)   # broker -> name -> port
     nodes: dict[int, Node] = field(default_factory=dict, init=False)
     cluster_id: str = field(default="", init=False)
     # Every JVM ever launched (restarts too): each leads its own process group, whose id is its pid.
     launched_pids: list[int] = field(default_factory=list, init=False)
+    # Node id -> rules name -> exporter rules file: that node also runs the JMX exporter as its own process under
+    # each (StandaloneExporter), started with the node and stopped with the cluster. A rules file without
+    # `hostPort` (the fixture adds the node's remote-JMX address).
+    extra_exporters: dict[int, dict[str, Path]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workdir = Path(self.workdir)
@@ -176,13 +246,9 @@ class KafkaCluster:
                         os.killpg(node.process.pid, signal.SIGTERM)
             for node in nodes:
                 assert node.process is not None
-                try:
-                    node.process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(node.process.pid, signal.SIGKILL)
-                    node.process.wait(timeout=10)
+                reap(node.process, 20)
                 node.process = None
+        self._stop_exporters()
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
 
@@ -225,6 +291,15 @@ class KafkaCluster:
     @property
     def metrics_urls(self) -> list[str]:
         return [n.metrics_url for n in self.nodes.values() if n.metrics_url is not None]
+
+    def bootstrap_for(self, listener: str) -> str:
+        """The brokers' addresses on one listener: PLAINTEXT, or SASL_SSL_LISTENER / MTLS_LISTENER."""
+        if listener == "PLAINTEXT":
+            return self.bootstrap_servers
+        brokers = [n.node_id for n in self.nodes.values() if n.role == "broker"]
+        if any(listener not in self.listener_ports.get(b, {}) for b in brokers):
+            raise KafkaFixtureError(f"no {listener} listener: start the cluster with secure_listeners")
+        return ",".join(f"127.0.0.1:{self.listener_ports[b][listener]}" for b in brokers)
 
     def broker_ids(self) -> list[int]:
         return [n.node_id for n in self.nodes.values() if n.role == "broker"]
@@ -322,9 +397,40 @@ class KafkaCluster:
                 "group.initial.rebalance.delay.ms": "0",
                 "num.partitions": "1",
                 **({"broker.rack": node.rack} if node.rack else {}),
+                **self._secure_listener_config(node),
                 **self.broker_config,
             }
         (node.directory / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+
+    def _secure_listener_config(self, node: Node) -> dict[str, str]:
+        """The SASL_SSL and SSL listeners' settings, on fresh ports, with the broker's PEM stores written."""
+        secure = self.secure_listeners
+        if secure is None:
+            return {}
+        ports = self.listener_ports[node.node_id] = {SASL_SSL_LISTENER: free_port(), MTLS_LISTENER: free_port()}
+        keystore = secure.broker_certificate.write_pem_keystore(node.directory / "broker-keystore.pem")
+        truststore = node.directory / "client-ca.pem"
+        truststore.write_bytes(secure.client_ca_pem)
+        listeners = ",".join([f"PLAINTEXT://{node.address}",
+                              *(f"{name}://127.0.0.1:{port}" for name, port in ports.items())])
+        return {
+            "listeners": listeners,
+            "advertised.listeners": listeners,
+            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
+                                              f"{SASL_SSL_LISTENER}:SASL_SSL,{MTLS_LISTENER}:SSL",
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(keystore),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(truststore),
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM + (",OAUTHBEARER" if secure.oauthbearer_scope else ""),
+            f"listener.name.{SASL_SSL_LISTENER.lower()}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            **({f"listener.name.{SASL_SSL_LISTENER.lower()}.oauthbearer.sasl.jaas.config":
+                f'{OAUTHBEARER_LOGIN_MODULE} required unsecuredLoginStringClaim_sub="broker" '
+                f'unsecuredValidatorRequiredScope="{secure.oauthbearer_scope}";'}
+               if secure.oauthbearer_scope else {}),
+            f"listener.name.{MTLS_LISTENER.lower()}.ssl.client.auth": "required",
+        }
 
     def _java(self, jars: Path, node: Node) -> list[str]:
         java = shutil.which("java")
@@ -339,6 +445,10 @@ class KafkaCluster:
     def _format(self, node: Node, jars: Path) -> None:
         cmd = [*self._java(jars, node), "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                "-c", str(node.directory / "server.properties"), "--ignore-formatted"]
+        if self.secure_listeners is not None and node.role == "controller":
+            # SCRAM credentials live in the metadata log: the controller's bootstrap records create them.
+            for name, password in self.secure_listeners.scram_users.items():
+                cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=_JVM_PREEXEC)
         if done.returncode != 0:
             raise KafkaFixtureError(f"kafka-storage format failed for node {node.node_id}: "
@@ -348,10 +458,59 @@ class KafkaCluster:
         cmd = self._java(jars, node)
         if node.metrics_port is not None:
             agent = next(jars.glob("jmx_prometheus_javaagent-*.jar"))
-            cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{node.metrics_port}:{JMX_EXPORTER_CONFIG}")
+            cmd.insert(1, f"-javaagent:{agent}=127.0.0.1:{node.metrics_port}:{self.exporter_rules}")
+        rules = self.extra_exporters.get(node.node_id, {})
+        if rules:
+            if node.jmx_port is None:
+                node.jmx_port = free_port()
+            # The RMI registry and the connector on one loopback port: a remote client needs no other port.
+            cmd[1:1] = [f"-Dcom.sun.management.jmxremote.port={node.jmx_port}",
+                        f"-Dcom.sun.management.jmxremote.rmi.port={node.jmx_port}",
+                        "-Dcom.sun.management.jmxremote.host=127.0.0.1", "-Djava.rmi.server.hostname=127.0.0.1",
+                        "-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false"]
         cmd += ["kafka.Kafka", str(node.directory / "server.properties")]
         out = open(node.directory / "logs" / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
         node.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_JVM_PREEXEC)
         self.launched_pids.append(node.process.pid)
         out.close()
         node.paused = False
+        if rules:
+            self._start_exporters(node, rules)
+
+    def _start_exporters(self, node: Node, rules: dict[str, Path]) -> None:
+        """One standalone exporter per rules file, reading `node` over remote JMX; kept across the node's restarts
+        (it reconnects at its next scrape; while the node is down its answer has no Kafka series)."""
+        jar = standalone_exporter_jar()
+        for name, rules_file in rules.items():
+            exporter = node.exporters.get(name)
+            if exporter is not None and exporter.process is not None and exporter.process.poll() is None:
+                continue
+            if exporter is None:
+                exporter = node.exporters[name] = StandaloneExporter(name, free_port())
+            config = yaml.safe_load(rules_file.read_text())
+            if not isinstance(config, dict) or "hostPort" in config or "jmxUrl" in config:
+                raise KafkaFixtureError(f"{rules_file}: expected exporter rules without hostPort or jmxUrl")
+            config_file = node.directory / f"exporter-{name}.yaml"
+            config_file.write_text(yaml.safe_dump({"hostPort": f"127.0.0.1:{node.jmx_port}", **config},
+                                                  sort_keys=False))
+            java = shutil.which("java")
+            if java is None:
+                raise KafkaFixtureError("java not found on PATH (OpenJDK 17 runs Kafka 4.3)")
+            out = open(node.directory / "logs" / f"exporter-{name}.log", "ab")  # noqa: SIM115 - owned by the child
+            exporter.process = subprocess.Popen(
+                [java, "-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
+                 f"127.0.0.1:{exporter.port}", str(config_file)],
+                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_JVM_PREEXEC)
+            self.launched_pids.append(exporter.process.pid)
+            out.close()
+
+    def _stop_exporters(self) -> None:
+        for node in self.nodes.values():
+            for exporter in node.exporters.values():
+                if exporter.process is None:
+                    continue
+                if exporter.process.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(exporter.process.pid, signal.SIGTERM)
+                reap(exporter.process, 10)
+                exporter.process = None

@@ -69,27 +69,36 @@ def say(message: str) -> None:
 # ---- the producer workload -----------------------------------------------------------------------------
 
 class Workload:
-    """A confluent_kafka Producer per topic at `rate` records/s each, counting acknowledgements and errors."""
+    """A confluent_kafka Producer per topic at `rate` records/s each, counting acknowledgements and errors;
+    `acks`: topic -> the producer's acks (the demo's topics by default); `on_error(topic, partition, error)` hears
+    of every failed record, with Kafka's name for its error."""
 
-    def __init__(self, bootstrap: str, rate: float) -> None:
+    def __init__(self, bootstrap: str, rate: float, acks: dict[str, str] | None = None,
+                 on_error: Callable[[str, int, str], None] | None = None) -> None:
         from confluent_kafka import Producer
 
+        from collector.canary_topic import kafka_error_name, quiet_librdkafka_logger
+
         self.rate = rate
-        self.producers = {t: Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 5,
-                                       "message.timeout.ms": 10000, "log_level": 0,
-                                       "enable.idempotence": acks == "all"})
-                          for t, (_, _, acks) in TOPICS.items()}
-        self.acked = dict.fromkeys(TOPICS, 0)
-        self.failed = dict.fromkeys(TOPICS, 0)
+        self.on_error, self.error_name = on_error, kafka_error_name
+        topics = acks if acks is not None else {t: a for t, (_, _, a) in TOPICS.items()}
+        self.producers = {t: Producer({"bootstrap.servers": bootstrap, "acks": a, "linger.ms": 5,
+                                       "message.timeout.ms": 10000, "logger": quiet_librdkafka_logger(),
+                                       "enable.idempotence": a == "all"})
+                          for t, a in topics.items()}
+        self.acked = dict.fromkeys(topics, 0)
+        self.failed = dict.fromkeys(topics, 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="demo-workload", daemon=True)
 
     def _delivered(self, topic: str) -> Callable[[Any, Any], None]:
-        def on_delivery(err: Any, _msg: Any) -> None:
+        def on_delivery(err: Any, msg: Any) -> None:
             if err is None:
                 self.acked[topic] += 1
             else:
                 self.failed[topic] += 1
+                if self.on_error is not None:
+                    self.on_error(topic, msg.partition(), self.error_name(err))
         return on_delivery
 
     def _run(self) -> None:
@@ -114,7 +123,7 @@ class Workload:
             producer.flush(5)
 
     def describe(self) -> str:
-        return ", ".join(f"{t} {self.acked[t]} acked / {self.failed[t]} failed" for t in TOPICS)
+        return ", ".join(f"{t} {self.acked[t]} acked / {self.failed[t]} failed" for t in self.producers)
 
 
 # ---- the cluster ---------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 ISRWATCH = [sys.executable, "-m", "isrwatch.cli"]
@@ -36,6 +36,16 @@ def own_group_dying_with_parent(sig: int) -> Callable[[], None]:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, sig)
 
     return preexec
+
+
+def reap(process: subprocess.Popen[Any], timeout_s: float) -> None:
+    """Wait for `process`, already signalled to stop, up to `timeout_s`; then SIGKILL its process group and wait."""
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
 
 
 # ---- isrwatch children ------------------------------------------------------------------------------------------
@@ -76,12 +86,7 @@ class Child:
         if self.alive():
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
+            reap(self.proc, timeout_s)
         self._reader.join(5)
         return self.proc.returncode
 

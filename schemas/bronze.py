@@ -7,6 +7,8 @@ Timestamps are UTC, microsecond precision, on the run's virtual clock.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pyarrow as pa
 
 from schemas.expectations import (
@@ -180,19 +182,26 @@ _schema, _docs = columns(
     ("lost_by_event_seq", pa.int64(), True, "cluster_events.seq of the event that lost them"),
     ("lost_by", pa.string(), True, "what lost them: unclean_election, power_loss, truncate_to_hw, …; from the "
      "canary also elr_election, truncation or unattributed"),
+    ("unacked_for_ms", pa.int64(), True, "how long the oldest record still waiting for its acknowledgement at the "
+     "interval's end had waited, in ms (0 when none waits; null in rows written before the column existed): an "
+     "acks=all write held by a stalled ISR follower shows here before Kafka shrinks the ISR or fences the broker"),
+    ("leader", pa.int32(), True, "the partition's leader at the interval's end (null: none, or not seen)"),
+    ("isr", pa.list_(pa.int32()), True, "the partition's ISR at the interval's end (null: not seen)"),
 )
 ACK_LEDGER = TableDef(
     "bronze", "ack_ledger", _schema, ("run_id", "ts", "topic", "partition", "acks"),
     "Ground truth: per partition, interval and acks level, records acknowledged and acknowledged "
     "records later lost: the emulator's ledger, or on a real cluster the collector's canary (which counts its own "
-    "records only).",
+    "records only); and how long writes have been waiting, with the leader and ISR they wait on.",
     _docs,
     expectations=(
         *_required(_schema), between("batch_id", 0), between("partition", 0), in_set("acks", ACKS_LEVELS),
         between("records_sent", 0), between("records_acked", 0), between("records_failed", 0),
-        between("records_lost", 0), between("lost_by_event_seq", 0), *within_run(), *partition_in_topic(),
+        between("records_lost", 0), between("lost_by_event_seq", 0), between("unacked_for_ms", 0),
+        between("leader", 0), *within_run(), *partition_in_topic(), brokers_known(),
     ),
-    context=("run_window", "topic"),
+    context=("run_window", "topic", "broker_registry"),
+    broker_refs=BrokerRefs(("leader", "isr")),
 )
 
 _schema, _docs = columns(
@@ -245,6 +254,62 @@ RUNS = TableDef(
     ),
 )
 
+class ExporterRules(StrEnum):
+    """The naming a node's metrics came under: an exporter configuration isrwatch recognises
+    (collector/exporter_dialects.py), none of them, or the emulator's own model."""
+
+    ISRWATCH = "isrwatch"              # conf/jmx_exporter.yaml
+    AGENT_DEFAULT = "agent-default"    # the JMX exporter's default naming (rules: [{pattern: ".*"}])
+    STRIMZI = "strimzi"                # Strimzi's kafka-metrics.yaml
+    CONFLUENT = "confluent"            # Confluent's jmx-monitoring-stacks kafka_broker.yml
+    UNRECOGNISED = "unrecognised"      # an exposition with none of the series isrwatch reads
+    EMULATOR = "emulator"
+
+
+class NodeRole(StrEnum):
+    BROKER = "broker"
+    CONTROLLER = "controller"
+    UNKNOWN = "unknown"                # a metrics URL isrwatch cannot tie to a node
+
+
+_schema, _docs = columns(
+    *_RUN,
+    ("ts", TS, False, "when the node's coverage was observed: the collection interval's time (the emulator: its "
+     "start)"),
+    ("node_id", pa.int32(), True, "the broker or controller the URL's metrics are recorded under in broker_metrics; "
+     "null while isrwatch cannot tell which node the URL is (`--metrics-url ID=URL` tells it)"),
+    ("metrics_url", pa.string(), True, "the exporter endpoint scraped; null for the emulator"),
+    ("role", pa.string(), False, "broker, controller, or unknown: whose metrics are expected of the node"),
+    ("reporting", pa.bool_(), False, "the URL answered with an exposition"),
+    ("reason", pa.string(), False, "why not, when not reporting (no answer, an HTTP error, an unparseable answer); "
+     "'' when reporting"),
+    ("exporter_rules", pa.string(), True, "the exporter naming recognised: isrwatch (conf/jmx_exporter.yaml), "
+     "agent-default, strimzi, confluent, unrecognised; emulator; null when not reporting"),
+    ("metrics_found", pa.int32(), False, "broker_metrics keys the node's exposition gave, of those expected of its "
+     "role (a produce error meter Kafka has not registered yet counts as found at 0 where the naming exports them)"),
+    ("metrics_expected", pa.int32(), False, "broker_metrics keys isrwatch reads from a node of this role: a "
+     "broker's, the active controller's, none from a standby controller"),
+    ("missing", pa.list_(pa.string()), False, "the expected keys the exposition lacks (e.g. "
+     "ErrorsPerSec:NOT_ENOUGH_REPLICAS): broker_metrics has no row for them"),
+    ("rules_blind", pa.list_(pa.string()), False, "alert rules (conf/alerts.yaml) whose condition reads a missing "
+     "metric: they cannot fire for this node"),
+)
+METRICS_COVERAGE = TableDef(
+    "bronze", "metrics_coverage", _schema, ("run_id", "ts", "node_id", "metrics_url"),
+    "What each node's metrics endpoint gives isrwatch: the exporter naming recognised, how many of the metrics "
+    "it reads were found, which are missing and which alert rules cannot fire because of them. A row per node at "
+    "the start and whenever its coverage changes.",
+    _docs,
+    expectations=(
+        *_required(_schema), between("batch_id", 0), between("node_id", 0),
+        in_set("role", [r.value for r in NodeRole]), in_set("exporter_rules", [r.value for r in ExporterRules]),
+        between("metrics_found", 0), between("metrics_expected", 0), a_at_least_b("metrics_expected", "metrics_found"),
+        *within_run(), brokers_known(),
+    ),
+    context=("run_window", "broker_registry"),
+    broker_refs=BrokerRefs(("node_id",), controllers=True),
+)
+
 # `runs` announces a batch and `topic_configs` describes the topics its rows refer to: the emulator commits
 # them first (a reader that sees a batch's rows in any table can also see its run and its topics) and
 # validate folds their rows into its context before the other tables of the same micro-batch.
@@ -252,6 +317,7 @@ REFERENCE_TABLES = (RUNS.name, TOPIC_CONFIGS.name)
 
 BRONZE_TABLES: tuple[TableDef, ...] = (
     BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, TOPIC_CONFIGS, ACK_LEDGER, CONSUMER_PROGRESS, RUNS,
+    METRICS_COVERAGE,
 )
 
 BRONZE_BY_NAME: dict[str, TableDef] = {td.name: td for td in BRONZE_TABLES}

@@ -43,6 +43,11 @@ BROKER_METERS = ("IsrShrinksPerSec", "IsrExpandsPerSec", "FailedIsrUpdatesPerSec
                  "BytesInPerSec", *(f"ErrorsPerSec:{c}" for c in PRODUCE_ERRORS))
 CONTROLLER_METERS = ("UncleanLeaderElectionsPerSec", "LeaderElectionRateAndTimeMs")
 
+# The metrics of each role: a broker registers the kafka.server and kafka.network MBeans, the active controller the
+# kafka.controller ones (a KRaft controller also exports idle BrokerTopicMetrics, not counted as a broker's).
+CONTROLLER_KEYS = tuple(k for k in MBEANS if MBEANS[k].startswith("kafka.controller:"))
+BROKER_KEYS = tuple(k for k in MBEANS if k not in CONTROLLER_KEYS)
+
 
 def metric_name(key: str) -> str:
     """The MBean `name` key of a metric (error-specific meters share the name ErrorsPerSec)."""

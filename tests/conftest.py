@@ -52,6 +52,7 @@ HEAVIEST_FIRST = (
     "tests/alerts/test_isr_thrash_end_to_end.py",
     "tests/emulator/test_determinism_and_sweep.py",
     "tests/collector/test_canary.py",
+    "tests/collector/test_exporter_dialects_real.py",
 )
 
 

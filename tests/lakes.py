@@ -37,7 +37,8 @@ LOSE_TWO: dict[str, Any] = {
 # Four brokers: RF 3 then leaves a spare, so the healthy cluster has no posture finding either.
 HEALTHY: dict[str, Any] = {**LOSE_TWO, "name": "healthy", "faults": [],
                            "cluster": {"brokers": 4, "racks": ["a", "b", "c"]}}
-TABLES = ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", "runs", "topic_configs")
+TABLES = ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", "runs", "topic_configs",
+          "metrics_coverage")
 UNCLEAN = "unclean-election-loses-d-and-e-s4"
 
 

@@ -312,7 +312,7 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     them in a 0600 properties file (the workers' own environment has none); the driver writes silver and gold
     with delta-rs. Silver, quarantine, posture, SLO and alert tables equal those of a local run of the same jobs
     over the same bronze in which validate took the executor route (Spark jobs check, route and write each table
-    but the two smallest) and the cluster's took the driver route, while the alerts job took the executor route
+    but the three smallest) and the cluster's took the driver route, while the alerts job took the executor route
     on the cluster (the rules evaluated per cluster in the worker's Python) and the driver route locally. Spark's
     event logs show the cluster's tasks ran on the worker's executor, none on the driver."""
     lake, local, said = cluster_runs.lake, cluster_runs.local, cluster_runs.said
@@ -323,13 +323,14 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     assert (cluster_runs.store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
     assert {d["ge_engine"] for d in read_rows(DQ_RUNS, lake).to_pylist()} == {"pandas"}
     engines = sorted((d["table_name"], d["ge_engine"]) for d in read_rows(DQ_RUNS, local).to_pylist())
-    on_driver = {"runs", "topic_configs"}
+    on_driver = {"runs", "topic_configs", "metrics_coverage"}
     assert engines == sorted((t, "pandas" if t in on_driver else "spark")
                              for t in ("broker_metrics", "partition_state", "cluster_events", "ack_ledger", *on_driver))
     # The executor route says where its batch's time went, per step of every table it routed in Spark.
     steps = parse_steps("\n".join(said))
     in_spark = [t for t, engine in engines if engine == "spark"]
-    assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs on the driver", "alerts",
+    assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs and metrics_coverage on the driver",
+                          "alerts",
                           "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
     assert all(seconds >= 0 for seconds in steps.values()) and steps[SOURCE_STEP] > 0
     compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), POSTURE, POSTURE_HISTORY, SLO_TIMESLICES,

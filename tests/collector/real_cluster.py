@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import Producer
@@ -14,6 +14,18 @@ from collector.collect_loop import Collector
 from kafka_fixture import KafkaCluster
 
 TOPIC = "orders"
+
+
+@contextlib.contextmanager
+def started(cluster: KafkaCluster) -> Iterator[KafkaCluster]:
+    """`cluster` started, and stopped at the end whatever happened, with no JVM of it left."""
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        assert cluster.running_processes() == [] and cluster.leftover_process_groups() == [], \
+            "every JVM the fixture started is gone"
 
 
 class Load:

@@ -34,6 +34,7 @@ from collector.canary_topic import (
 )
 from kafka_fixture import KafkaCluster
 from tests.collector.kafka_logs import read_log
+from tests.collector.real_cluster import started
 
 # ---- against a real cluster --------------------------------------------------------------------------
 
@@ -46,14 +47,9 @@ REFUSALS = {"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND", "REQUEST_
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    cluster = KafkaCluster(tmp_path_factory.mktemp("kafka"), brokers=3,
-                           broker_config={"replica.lag.time.max.ms": "3000"})
-    try:
-        cluster.start()
+    with started(KafkaCluster(tmp_path_factory.mktemp("kafka"), brokers=3,
+                              broker_config={"replica.lag.time.max.ms": "3000"})) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        assert cluster.running_processes() == [] and cluster.leftover_process_groups() == []
 
 
 @pytest.fixture

@@ -111,7 +111,7 @@ def test_values_error_names_latencies_and_config_checks() -> None:
 
 
 class _Message:
-    """What the canary reads of a confluent_kafka Message (a delivery report or a consumed record)."""
+    """What the canary reads of a confluent_kafka Message (a delivery report)."""
 
     def __init__(self, partition: int, offset: int, value: bytes) -> None:
         self._partition, self._offset, self._value = partition, offset, value
@@ -147,8 +147,8 @@ def test_both_copies_of_a_retried_record_read_before_its_acknowledgement_make_a_
     canary, instance = _canary_with_in_flight(tmp_path, range(167, 169))
     for seq, first, retried in ((167, 227, 249), (168, 228, 250)):
         value = encode_value(instance, 0, seq, 1_000 + seq)
-        canary._on_message(_Message(0, first, value), 2_000)   # type: ignore[arg-type]
-        canary._on_message(_Message(0, retried, value), 2_001)  # type: ignore[arg-type]
+        canary._on_record(0, first, value, 2_000)
+        canary._on_record(0, retried, value, 2_001)
     for seq, retried in ((167, 249), (168, 250)):
         canary._on_delivery(None, _Message(0, retried, encode_value(instance, 0, seq, 1_000 + seq)))  # type: ignore[arg-type]
     c = canary._counters[0]
@@ -160,8 +160,8 @@ def test_without_an_acknowledged_offset_the_first_copy_read_is_remembered_and_th
         tmp_path: Path) -> None:
     canary, instance = _canary_with_in_flight(tmp_path, range(5, 6))
     value = encode_value(instance, 0, 5, 1_005)
-    canary._on_message(_Message(0, 10, value), 2_000)   # type: ignore[arg-type]
-    canary._on_message(_Message(0, 12, value), 2_001)   # type: ignore[arg-type]
+    canary._on_record(0, 10, value, 2_000)
+    canary._on_record(0, 12, value, 2_001)
     canary._on_delivery(None, _Message(0, -1, value))    # type: ignore[arg-type]
     c = canary._counters[0]
     assert c.acked_without_offset == 1 and c.confirmed == 1

@@ -17,7 +17,7 @@ from collector.cluster_view import (
 )
 from collector.kafka_wire import PreEncoded
 from collector.metadata_key import metadata_key, metadata_key_checked
-from collector.observed_events import Remembered, partition_events
+from collector.observed_events import Remembered, broker_events, controlled_shutdown_silence_ms, partition_events
 from tests.collector.metadata_answers import FakeConnection, metadata_body
 
 
@@ -125,6 +125,20 @@ def test_an_unchanged_partition_has_no_events_and_a_reordered_isr_is_still_compa
     assert [(e.event_type, e.detail["removed"]) for e in shrunk] == [("isr_shrink", [3])]
 
 
+def test_a_replica_whose_broker_left_the_metadata_was_removed_by_the_controller_not_its_leader() -> None:
+    """Broker 3 fenced (no longer listed) and broker 2 dropped for lag at once: the controller's removal is
+    isr_change_controller (cause fenced, as the emulator writes it), the leader's an isr_shrink; neither when the
+    view lists no brokers (unknown)."""
+    before = Remembered(leader=1, leader_epoch=2, isr=[1, 2, 3], elr=[], replicas=[1, 2, 3], partition_epoch=0,
+                        high_watermark=10, log_start_offset=0)
+    now = Partition("t", 0, 1, 2, (1, 2, 3), (1,), (), ())
+    got = partition_events(1, ("t", 0), before, now, 10, registered={1, 2})
+    assert [(e.event_type, e.cause, e.detail) for e in got] == [
+        ("isr_change_controller", "fenced", {"previous_isr": [1, 2, 3], "isr": [1, 2]}),
+        ("isr_shrink", "observed", {"removed": [2], "isr": [1]})]
+    assert [e.event_type for e in partition_events(1, ("t", 0), before, now, 10)] == ["isr_shrink"]
+
+
 
 def test_the_describe_topic_partitions_answer_replaces_the_older_metadata_of_a_partition() -> None:
     """Metadata said leader 3, ISR [1, 3]; by the DescribeTopicPartitions answer broker 3 had left the ISR (ISR [1],
@@ -155,3 +169,14 @@ def test_the_describe_topic_partitions_answer_replaces_the_older_metadata_of_a_p
     assert view[("orders", 0)] == Partition("orders", 0, 1, 5, (2, 3, 1), (1,), (3,), ())
     assert view[("orders", 1)] == older[("orders", 1)], "a partition the answer has an error for keeps its metadata"
     reader.close()
+
+
+def test_a_broker_that_leaves_the_metadata_while_still_answering_stopped_with_a_controlled_shutdown() -> None:
+    """Broker 2 answered 1 s before it left the metadata (a controlled shutdown: Kafka moved its leaderships first),
+    broker 3 had been silent 9 s (crashed or paused, fenced by its session timeout): only broker 2's departure is a
+    controlled shutdown, and both are fenced."""
+    got = broker_events(20_000, {1, 2, 3}, {1}, {3: "timed out"}, {3: "timed out"},
+                        last_answered_ms={1: 20_000, 2: 19_000, 3: 11_000}, shutdown_silence_ms=3_000)
+    assert [(e.event_type, e.cause, e.broker_id) for e in got] == [
+        ("broker_state", "controlled_shutdown", 2), ("fenced", "left_metadata", 2), ("fenced", "left_metadata", 3)]
+    assert [controlled_shutdown_silence_ms(ms) for ms in (500, 1_000, 2_000, 10_000)] == [3_000, 3_000, 5_000, 6_000]

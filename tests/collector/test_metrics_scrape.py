@@ -32,6 +32,7 @@ from collector.metrics_scrape import (
     scrape_node,
     scrape_nodes,
 )
+from schemas.bronze import ExporterRules
 from schemas.kafka_metrics import BROKER_METERS, MBEANS
 
 DATA = Path(__file__).parent / "data"
@@ -114,11 +115,26 @@ def test_produce_error_meters_absent_until_the_first_error_count_zero() -> None:
     assert missing_keys(parse_exposition(BROKER_B)) == []
 
 
-def test_exposition_without_process_start_is_refused() -> None:
+def test_without_process_start_the_kafka_servers_start_from_app_info_is_taken() -> None:
     text = replace_line(BROKER_B, "process_start_time_seconds 1.795581583518E9", "")
 
-    with pytest.raises(ExpositionError, match="process_start_time_seconds"):
-        parse_exposition(text)
+    app_info_start_ms = next(float(line.split(" ")[1]) for line in BROKER_B.splitlines()
+                             if line.startswith("kafka_server_app_info_StartTimeMs{"))
+    assert parse_exposition(text).process_start_s == app_info_start_ms / 1000
+    bare = "\n".join(line for line in text.splitlines() if "app_info" not in line) + "\n"
+    assert parse_exposition(bare).process_start_s is None
+
+
+def test_a_standalone_exporters_own_process_start_is_not_the_brokers() -> None:
+    exporter_started = replace_line(BROKER_B, "process_start_time_seconds 1.795581583518E9",
+                                    "process_start_time_seconds 1.7955817E9")
+    build = 'jmx_exporter_build_info{{name="{}",version="1.0.1"}} 1\n'
+
+    agent = parse_exposition(exporter_started + build.format("jmx_prometheus_javaagent"))
+    standalone = parse_exposition(exporter_started + build.format("jmx_prometheus_httpserver"))
+
+    assert agent.process_start_s == 1795581700.0   # the javaagent runs in the broker's JVM
+    assert standalone.process_start_s == BROKER_START_S   # app-info's, not the exporter's own process's
 
 
 def test_garbage_is_refused() -> None:
@@ -137,8 +153,10 @@ def test_controller_rows_come_from_the_active_controller_only() -> None:
         ("FencedBrokerCount", "gauge", 0.0, None), ("ActiveBrokerCount", "gauge", 3.0, None),
         ("GlobalPartitionCount", "gauge", 12.0, None), ("UncleanLeaderElectionsPerSec", "meter", 0.0, 0)]
     assert {row.process_start_s for row in rows} == {CONTROLLER_START_S}
-    # The KRaft controller has no LeaderElectionRateAndTimeMs (the ZooKeeper controller's timer): no row.
-    assert missing_keys(parse_exposition(CONTROLLER)) == ["LeaderElectionRateAndTimeMs"]
+    # The KRaft controller has no LeaderElectionRateAndTimeMs (the ZooKeeper controller's timer): no row, and not
+    # missing either.
+    assert "LeaderElectionRateAndTimeMs" not in parse_exposition(CONTROLLER).values
+    assert missing_keys(parse_exposition(CONTROLLER)) == []
 
 
 def test_standby_controller_reports_no_rows() -> None:
@@ -276,12 +294,13 @@ def test_http_error_is_not_reporting() -> None:
     assert (scrape.reporting, scrape.reason) == (False, "HTTP 503")
 
 
-def test_garbage_answer_is_not_reporting() -> None:
+def test_an_answer_without_any_series_read_here_is_unrecognised() -> None:
     with mock_client(httpx.MockTransport(lambda request: httpx.Response(200, text="<html>oops</html>"))) as client:
         scrape = scrape_node(client, "http://broker/metrics", timeout_s=0.5)
 
-    # Lines of no series read here never reach the parser: what is missing is the process start.
-    assert (scrape.reporting, scrape.reason) == (False, "exposition has no process_start_time_seconds")
+    # Lines of no series read here never reach the parser: it answered, with none of the metrics.
+    assert scrape.exposition is not None and scrape.reporting
+    assert (scrape.exposition.rules, dict(scrape.exposition.values)) == (ExporterRules.UNRECOGNISED, {})
 
 
 def test_answer_trickling_past_the_deadline_is_not_reporting() -> None:

@@ -27,7 +27,7 @@ from schemas.silver import SILVER_TABLES
 from tests.dashboards.lake import at, write
 
 FIGURES = {
-    "overview": ["partition-health", "active-alerts"],
+    "overview": ["partition-health", "active-alerts", "metrics-coverage"],
     "isr-heatmap": ["isr-heatmap"],
     "topics": [],
     "slos": ["slo-status", "error-budget", "burn-rates"],

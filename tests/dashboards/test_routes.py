@@ -150,14 +150,15 @@ def test_a_page_sends_its_head_before_computing_its_figures_and_each_figure_once
     _get_raw(app_over(lake), "/dashboards/overview", b"window_minutes=17", sent)
     bodies = [bytes(m["body"]).decode() for m in sent if m["type"] == "http.response.body"]
     assert sent[0]["status"] == 200
-    head, start, first, second, end = bodies[:5]
+    head, start, first, second, third, end = bodies[:6]
     assert head.startswith("<!doctype html>") and head.rstrip().endswith("</head>") and "plotly.min.js" in head
     assert "<h1>Overview</h1>" in start and "window.isrwatch = " in start and "isrwatch.draw(" not in start
     # Message 3 (after the start, the head and the body's start) is the first figure: sent before the second
     # figure was built.
-    assert built_when == [("partition-health", 3), ("active-alerts", 4)]
+    assert built_when == [("partition-health", 3), ("active-alerts", 4), ("metrics-coverage", 5)]
     assert first.count("isrwatch.draw(") == 1 and 'isrwatch.draw("partition-health",' in first
     assert second.count("isrwatch.draw(") == 1 and 'isrwatch.draw("active-alerts",' in second
+    assert third.count("isrwatch.draw(") == 1 and 'isrwatch.draw("metrics-coverage",' in third
     assert 'id="isrwatch-config"' in end and end.rstrip().endswith("</html>")
 
 
