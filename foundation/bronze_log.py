@@ -108,7 +108,9 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
         planned = []
         for td in self.tables:
             path = td.path(self.lakehouse)
-            after = int(start[td.name])
+            # A table added to the source after some batches were logged: those batches' offsets lack it, and it
+            # starts where the reader was told to (`start` at construction).
+            after = int(start.get(td.name, self.start.get(td.name, -1)))
             newer = [v for v in log_versions(path) if v > after]
             if newer and newer[0] != after + 1 and after >= 0:
                 raise LogGapError(f"{td.qualified_name}: versions {after + 1}..{newer[0] - 1} are gone from its "
@@ -117,7 +119,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
             commits: Commits = []
             files = 0
             for version in newer:
-                if end is not None and version > end[td.name]:
+                if end is not None and version > end.get(td.name, after):
                     break
                 if end is None and files >= self.max_files:
                     break

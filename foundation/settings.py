@@ -89,10 +89,10 @@ class AlertsSettings(GoldJobSettings):
     silver_rules_in: Literal["validate", "alerts"] = "validate"
     # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
     driver_max_rows: int = Field(default=500_000, ge=0)
-    # The alert lane (jobs/alert_lane.py): with a live validate on a local lakehouse, the rules on partition_state
-    # and broker_metrics are evaluated by a query of their own over the bronze commit logs, micro-batches back to
-    # back (`lane_trigger_interval`), before validate has written silver.
-    lane: bool = False
+    # The alert lane (jobs/alert_lane.py): with a live validate on a local lakehouse, the rules on silver tables are
+    # evaluated by a query of their own over the bronze commit logs, micro-batches back to back
+    # (`lane_trigger_interval`), before validate has written silver.
+    lane: bool = True
     lane_trigger_interval: str = "100 milliseconds"
 
     @field_validator("lane_trigger_interval")

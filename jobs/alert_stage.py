@@ -58,8 +58,9 @@ SOURCE_COLUMNS: dict[str, tuple[str, ...]] = {
     "partition_state": ("topic", "partition", "leader", "leader_epoch", "partition_epoch", "configured_min_isr",
                         "effective_min_isr", "high_watermark", "isr", "replicas", "elr", "leader_recovery_state"),
     "broker_metrics": ("broker_id", "mbean", "name", "kind", "value", "count"),
-    "ack_ledger": ("topic", "partition", "acks", "records_sent", "records_acked", "records_failed", "records_lost"),
-    "cluster_events": ("topic", "partition", "event_type", "cause", "records"),
+    "ack_ledger": ("topic", "partition", "acks", "records_sent", "records_acked", "records_failed", "records_lost",
+                   "unacked_for_ms", "leader", "isr"),
+    "cluster_events": ("topic", "partition", "broker_id", "event_type", "cause", "records", "detail"),
     "posture_history": ("topic", *SOURCES["posture"].columns),
     "slo_status": ("slo", *SOURCES["slo_status"].columns),
 }
@@ -137,7 +138,7 @@ def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], claims:
       the partitions' last HWs (silver signals) to the silver stage, unless no rule is on silver;
     - each claiming stage takes the rows of its rules and, with `signals`, the signals, from whichever stage held
       them: a rule moved between validate and the alert lane keeps its alerts. A later claim wins a row two claim.
-    With only the lane claiming, rows without a stage are left as they are: the lane knows only its own rules."""
+    `silver_rules` and `gold_rules` are every rule of the configuration, whichever stage claims."""
     owner = _owner(silver_rules, gold_rules, claims)
     table = open_table(ALERTS_STATE, lake)
     if table is not None:
@@ -160,14 +161,13 @@ def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], claims:
 def _owner(silver_rules: set[str], gold_rules: set[str], claims: list[Claim]) -> Callable[[dict[str, Any]], str | None]:
     """The stage a state row (`kind`, `key`, `engine`) belongs to once `claims` are made (see claim_state)."""
     stray = SILVER if silver_rules or not gold_rules else GOLD
-    lane_only = all(c.stage == LANE for c in claims)
 
     def owner(r: dict[str, Any]) -> str | None:
         rule = r["key"].split("/", 1)[0] if r["kind"] in ("alert", "window", "window_evaluated") else None
         for c in reversed(claims):
             if rule in c.rules if rule is not None else c.signals:
                 return c.stage
-        if r["engine"] is not None or (claims and lane_only):
+        if r["engine"] is not None:
             return r["engine"]
         return GOLD if rule in gold_rules else SILVER if rule in silver_rules else stray
 

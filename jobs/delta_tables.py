@@ -60,6 +60,32 @@ def wait_for_tables(paths: dict[str, str], timeout_s: float, log: Callable[[str]
         missing = [n for n in missing if not is_delta_table(paths[n])]
 
 
+def bring_bronze_up_to_date(tables: Iterable[TableDef], lakehouse: str, log: Callable[[str], None],
+                            grace_s: float = 10.0) -> None:
+    """A lakehouse written by an older bronze writer, read by this version: each bronze table gets the nullable
+    columns its definition has gained since (its old rows read null there), and a table the writer did not write yet
+    is created empty, once the writer's other tables exist and `grace_s` has passed (a writer that is starting
+    creates all of its tables within its first batch). Nothing stored is changed. A lakehouse with no bronze table
+    at all is left to `wait_for_tables`: its writer has not started."""
+    tables = list(tables)
+    if not any(is_delta_table(td.path(lakehouse)) for td in tables):
+        return
+    deadline = time.monotonic() + grace_s
+    missing = [td for td in tables if not is_delta_table(td.path(lakehouse))]
+    while missing and time.monotonic() < deadline:
+        time.sleep(0.5)
+        missing = [td for td in missing if not is_delta_table(td.path(lakehouse))]
+    for td in missing:
+        log(f"{td.qualified_name} does not exist while the other bronze tables do (written before this version): "
+            "created empty")
+        ensure_table(td, lakehouse)
+    for td in tables:
+        have = {f.name for f in table_schema(td.path(lakehouse))} if td not in missing else set()
+        absent = [f for f in td.arrow_schema if f.name not in have]
+        if td not in missing and absent and all(f.nullable for f in absent):
+            ensure_table(td, lakehouse)   # anything else is drift: check_schema names it
+
+
 def create_sinks_if_missing(tables: Iterable[TableDef], lakehouse: str) -> None:
     """Create each sink table before any query writes it: concurrent first appends to one table conflict.
     delta-rs creates them (an empty commit each, ~10 ms); an empty Spark append took ~3.5 s a table."""

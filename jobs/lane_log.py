@@ -46,13 +46,19 @@ class LaneLog:
         return str(json.loads(self.files.read(path).splitlines()[0])["id"]) if self.files.exists(path) else None
 
     def first_position(self, compute: Callable[[], dict[str, int]]) -> dict[str, int]:
-        """The offsets before batch 0: kept in the checkpoint at the first start (`compute`d then), read after."""
+        """The offsets before batch 0: kept in the checkpoint at the first start (`compute`d then), read after. A
+        table the lane reads since a later start (the lane took over more rules) is `compute`d at that start and
+        kept beside the others: the rules that moved continue where validate left them. The reader starts every
+        table there when a batch's offsets do not name it."""
         path = f"{self.checkpoint}/lane_start"
-        if self.files.exists(path):
-            self.first = {k: int(v) for k, v in json.loads(self.files.read(path)).items()}
-        else:
-            self.first = {td.name: int(compute().get(td.name, -1)) for td in self.reader.tables}
-            self.files.write(path, json.dumps(self.first, sort_keys=True))
+        kept = {k: int(v) for k, v in json.loads(self.files.read(path)).items()} if self.files.exists(path) else {}
+        missing = [td.name for td in self.reader.tables if td.name not in kept]
+        if missing:
+            computed = compute()
+            kept.update({name: int(computed.get(name, -1)) for name in missing})
+            self.files.write(path, json.dumps(kept, sort_keys=True))
+        self.first = kept
+        self.reader.start = dict(kept)
         return self.first
 
     def committed(self) -> list[int]:

@@ -43,6 +43,7 @@ from jobs import driver_signals
 from jobs.alert_lane import RunningLane, start_alert_lane
 from jobs.delta_tables import (
     SchemaDriftError,
+    bring_bronze_up_to_date,
     check_schema,
     create_sinks_if_missing,
     is_delta_table,
@@ -326,6 +327,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     # Reference tables first (a stable sort keeps the configured order otherwise).
     configured = [BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)]
     tables = sorted(configured, key=lambda td: td.name not in REFERENCE_TABLES)
+    bring_bronze_up_to_date(tables, settings.lakehouse, log)
     wait_for_tables({td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
     refs = {td.name: td for td in tables}
     for td in tables:

@@ -25,7 +25,7 @@ from foundation.settings import PipelineSettings
 from jobs.alert_stage import LANE, SILVER, SOURCE_COLUMNS, AlertStage, build_stage, claim_of, claim_state, used_tables
 from jobs.delta_tables import is_delta_table
 from jobs.validate_routes import RoutedOnDriver
-from pipelines.alert_config import load_alert_config, split_by_layer, split_lane
+from pipelines.alert_config import load_alert_config, split_by_layer
 from pipelines.alert_rules import AlertConfig
 from schemas.silver import SILVER_TABLES
 
@@ -33,21 +33,20 @@ JOB = "validate_alerts"  # in kill points: ISRWATCH_KILL_AT=validate_alerts:<bat
 
 
 def lane_on(settings: PipelineSettings) -> bool:
-    """Is the alert lane (jobs/alert_lane.py) evaluating the rules on partition_state and broker_metrics?"""
+    """Is the alert lane (jobs/alert_lane.py) evaluating the rules on silver tables (else validate does)?"""
     a = settings.alerts
     return (a.lane and a.silver_rules_in == "validate" and settings.validate_.trigger == "live"
             and not is_object_store(settings.lakehouse))
 
 
 def rule_split(settings: PipelineSettings) -> tuple[AlertConfig, AlertConfig, AlertConfig]:
-    """(the lane's rules, the other rules on silver tables, the rules on gold tables); the lane's are none when it
-    is off."""
+    """(the lane's rules, validate's rules on silver tables, the rules on gold tables): the rules on silver tables are
+    the lane's when it is on, else validate's."""
     origin = settings.alerts.rules or "conf/alerts.yaml"
     silver, gold = split_by_layer(load_alert_config(settings.alerts.rules), origin)
     if not lane_on(settings):
         return replace(silver, rules=()), silver, gold
-    lane, kept = split_lane(silver, origin)
-    return lane, kept, gold
+    return silver, replace(silver, rules=()), gold
 
 
 def claim_stages(settings: PipelineSettings) -> None:

@@ -42,19 +42,7 @@ def split_by_layer(config: AlertConfig, origin: str = "alert rules") -> tuple[Al
     return replace(config, rules=silver), replace(config, rules=gold)
 
 
-LANE_TABLES = ("partition_state", "broker_metrics")  # what the alert lane reads (jobs/alert_lane.py)
-
-
-def split_lane(silver: AlertConfig, origin: str = "alert rules") -> tuple[AlertConfig, AlertConfig]:
-    """The rules on silver tables the alert lane evaluates (those reading partition_state or broker_metrics) and
-    the rest, which validate keeps; an inhibition between the two sets is refused, naming the rules."""
-    lane = {r.name for r in silver.rules if SOURCES[r.source].table in LANE_TABLES}
-    for r in silver.rules:
-        for inh in r.inhibited_by:
-            if (inh.rule in lane) != (r.name in lane):
-                raise AlertConfigError(
-                    f"{origin}: rule {r.name!r} is inhibited_by {inh.rule!r}, but only one of them reads "
-                    f"{' or '.join(LANE_TABLES)}: the alert lane evaluates those and validate the others, so an "
-                    "inhibition must stay within one of the two (or set alerts.lane: false)")
-    return (replace(silver, rules=tuple(r for r in silver.rules if r.name in lane)),
-            replace(silver, rules=tuple(r for r in silver.rules if r.name not in lane)))
+# What the alert lane reads (jobs/alert_lane.py): every table the rules on silver tables read, so that with the lane
+# on it evaluates all of them.
+LANE_TABLES = ("partition_state", "broker_metrics", "ack_ledger", "cluster_events")
+assert {s.table for s in SOURCES.values() if s.layer == "silver"} <= set(LANE_TABLES), "a silver source the lane misses"

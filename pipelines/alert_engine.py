@@ -8,11 +8,14 @@ transitions (sorted, no wall clock), which is what makes a replayed micro-batch 
 Semantics, per rule and entity, over samples in event-time order:
 - condition true while inactive (or resolved): pending since that sample; firing at the first sample at
   least `for` after it (at once when `for` is 0);
-- condition false while pending: back to inactive; while firing: resolved, unless the rule's
-  `keep_firing_for` has not passed since the condition stopped holding, or the alert is flapping;
-- flapping: the condition of an alert that has fired changed more than `flap_detection.max_changes` times in
-  the trailing `flap_detection.window`; it is held firing, marked `flapping`, until the changes in the window
-  fall back to the limit (Nagios' flap detection: one alert instead of a storm of firing/resolved pairs);
+- condition false while pending: back to inactive (resolved, for an alert that has fired); while firing:
+  resolved, unless the rule's `keep_firing_for` has not passed since the condition stopped holding;
+- flapping acts on notifications, never on the state: the condition of an alert that has fired changed more than
+  `flap_detection.max_changes` times in the trailing `flap_detection.window`; its transitions are still recorded,
+  marked `flapping`, and held back from the receivers. It settles when the changes in the window fall back to
+  the limit or when its condition has not changed for `flap_detection.quiet` (which also forgets the changes:
+  incidents apart by a quiet spell are separate incidents); at its first evaluation settled, the receivers get
+  one transition with its true state (`previous` = `status`) if a held one left them behind;
 - an entity with an open alert that has no sample at a time its source reported for the same cluster
   counts as false there (an offline broker's metrics do not keep its alerts open forever). Windowed rules
   are the exception: a window's sum holds between samples, so an entity is evaluated where its sum can
@@ -32,7 +35,7 @@ import pandas as pd
 from pipelines.alert_expressions import compiled
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_samples import cluster_clocks, entity_keys, ms_of, records, times_by_cluster, to_ms, typed
-from pipelines.alert_signals import SOURCES
+from pipelines.alert_signals import BROKER_STOPS, REPLICA_BROKERS, SOURCES
 from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint, transition_order
 from pipelines.alert_templates import display, render_annotations
 
@@ -61,9 +64,10 @@ class AlertEngine:
         frames = dict(frames)
         if "partition_state" in frames:
             frames["partition_state"] = self._with_hw_advance(frames["partition_state"])
-        if "broker_metrics" in frames:
-            frames["broker_reports"] = self._broker_reports(frames["broker_metrics"])
         clocks = cluster_clocks(frames)
+        if "broker_metrics" in frames or REPLICA_BROKERS in frames or BROKER_STOPS in frames:
+            frames["broker_reports"] = self._broker_reports(frames.get("broker_metrics"), frames.get(REPLICA_BROKERS),
+                                                            frames.get(BROKER_STOPS), clocks)
         self._prepared = {}
         out: list[Transition] = []
         for rule in self.rules:
@@ -110,7 +114,10 @@ class AlertEngine:
             keys = ["run_id", "ts", *rule.entity_keys]
             entity = ("topic", "partition", "broker_id", "slo")
             numeric = [c for c in base.columns if c not in keys and c not in entity]
-            base = base.groupby(keys, as_index=False, sort=True)[numeric].agg(rule.aggregate)
+            grouped = base.groupby(keys, as_index=False, sort=True)[numeric]
+            # A sum over entities none of which reports the column is unknown (NaN), not 0: brokers alone do not
+            # say that no controller is active.
+            base = grouped.sum(min_count=1) if rule.aggregate == "sum" else grouped.agg(rule.aggregate)
             self._prepared[cache_key] = base
         return base
 
@@ -130,9 +137,10 @@ class AlertEngine:
                 w.setdefault(key, []).append((int(rec["ts"]), {c: float(rec[c]) for c in cols}))
                 self.state.window_labels[key] = labels
                 added[key].append(int(rec["ts"]))
-        # An open alert whose samples have all left the window still needs evaluating (at zero) to resolve.
+        # An open alert whose samples have all left the window still needs evaluating (at zero) to resolve, and one
+        # whose notifications were held back, to settle.
         open_alerts = {k: a for k, a in self.state.alerts.items()
-                       if a.rule == rule.name and a.status in OPEN and not w.get(k)}
+                       if a.rule == rule.name and (a.status in OPEN or a.held) and not w.get(k)}
         rows = []
         for key in sorted({k for k in w if k.startswith(prefix)} | set(open_alerts)):
             labels = self.state.window_labels[key] if key in w else open_alerts[key].labels
@@ -206,23 +214,64 @@ class AlertEngine:
             self.state.last_hw.setdefault(str(run[i]), {})[f"{topic[i]}/{partition[i]}"] = int(hw[i])
         return f
 
-    def _broker_reports(self, metrics: pd.DataFrame) -> pd.DataFrame:
-        """For each time a cluster reported, how long since each known broker last did."""
+    def _broker_reports(self, metrics: pd.DataFrame | None, replica_brokers: pd.DataFrame | None,
+                        stops: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame:
+        """For each time a cluster reported metrics, how long since each known broker last did, and whether it is
+        down after a controlled shutdown. A broker holding replicas that never reported is known from the first time
+        it was seen (its silence counts from there); a cluster whose batch holds no metrics at all is looked at its
+        latest time, so metrics that stop altogether are not silence. A controlled shutdown lasts until the broker
+        is back (unfenced) or reports again."""
         rows = []
-        for cluster, group in metrics.groupby("run_id", sort=True):
-            reports = sorted({(to_ms(ts), int(b)) for ts, b in zip(group["ts"], group["broker_id"], strict=True)})
+
+        def by_cluster(frame: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
+            return {str(c): g for c, g in frame.groupby("run_id", sort=True)} if frame is not None else {}
+
+        reports_of, first_seen, stops_of = by_cluster(metrics), by_cluster(replica_brokers), by_cluster(stops)
+        for cluster in sorted(set(reports_of) | set(first_seen) | set(stops_of)):
             seen = {int(k.split("/", 1)[1]): v for k, v in self.state.last_seen.items()
                     if k.split("/", 1)[0] == cluster}
-            i = 0
-            for t in sorted({t for t, _ in reports}):
+            down = {int(k.split("/", 1)[1]): v for k, v in self.state.shut_down.items()
+                    if k.split("/", 1)[0] == cluster}
+            if cluster in first_seen:
+                known = first_seen[cluster]
+                for b, ts in zip(known["broker_id"], known["ts"], strict=True):
+                    seen.setdefault(int(b), to_ms(ts))
+            group = reports_of.get(cluster)
+            reports = [] if group is None else sorted(
+                {(to_ms(ts), int(b)) for ts, b in zip(group["ts"], group["broker_id"], strict=True)})
+            changes = [] if cluster not in stops_of else sorted(
+                (to_ms(ts), int(b), bool(stopped)) for ts, b, stopped in
+                zip(stops_of[cluster]["ts"], stops_of[cluster]["broker_id"], stops_of[cluster]["stopped"], strict=True))
+            times = sorted({t for t, _ in reports}) or ([clocks[cluster]] if cluster in clocks else [])
+            i = j = 0
+            for t in times:
+                while j < len(changes) and changes[j][0] <= t:
+                    at, b, stopped = changes[j]
+                    if stopped:
+                        down[b] = at
+                    else:
+                        down.pop(b, None)
+                    j += 1
                 while i < len(reports) and reports[i][0] <= t:
-                    seen[reports[i][1]] = max(seen.get(reports[i][1], 0), reports[i][0])
+                    at, b = reports[i]
+                    seen[b] = max(seen.get(b, 0), at)
+                    if b in down and at > down[b]:   # reporting again: back from its shutdown
+                        del down[b]
                     i += 1
                 rows += [{"run_id": cluster, "ts": pd.Timestamp(t, unit="ms", tz="UTC"), "broker_id": b,
-                          "seconds_since_report": (t - last) / 1000} for b, last in sorted(seen.items())]
+                          "seconds_since_report": max(t - last, 0) / 1000, "shut_down_cleanly": b in down}
+                         for b, last in sorted(seen.items())]
+            for at, b, stopped in changes[j:]:   # after the batch's last evaluation: kept for the next
+                if stopped:
+                    down[b] = at
+                else:
+                    down.pop(b, None)
             for b, last in seen.items():
                 self.state.last_seen[f"{cluster}/{b}"] = last
-        return pd.DataFrame(rows, columns=["run_id", "ts", "broker_id", "seconds_since_report"])
+            for key in [k for k in self.state.shut_down if k.split("/", 1)[0] == cluster]:
+                del self.state.shut_down[key]
+            self.state.shut_down.update({f"{cluster}/{b}": at for b, at in down.items()})
+        return pd.DataFrame(rows, columns=["run_id", "ts", "broker_id", "seconds_since_report", "shut_down_cleanly"])
 
     # -- lifecycle -----------------------------------------------------------------------------------
     def _labels(self, rule: Rule, rec: dict[str, Any]) -> dict[str, str]:
@@ -239,7 +288,8 @@ class AlertEngine:
             for a in alerts.values():
                 if a.rule == inh.rule and a.fired_ms is not None:
                     self._inhibitors.setdefault((i, tuple(a.labels.get(k) for k in inh.equal)), []).append(a)
-        open_keys = {k: a for k, a in alerts.items() if a.rule == rule.name and a.status in OPEN}
+        # Open alerts can change; so can one whose receivers were left behind by a held transition (it settles).
+        open_keys = {k: a for k, a in alerts.items() if a.rule == rule.name and (a.status in OPEN or a.held)}
         # Only entities whose condition held somewhere in the batch, or that have an open alert, can change:
         # select their rows by entity key before building records of them one by one.
         ek = entity_keys(samples.frame, rule.entity_keys)
@@ -273,6 +323,8 @@ class AlertEngine:
                     self.late += sample is not None
                     continue
                 alert, transition = self._apply(rule, key, fp, labels_of.get(fp), alert, ts, cond, sample)
+                if transition is None and alert is not None:
+                    transition = self._settled(rule, alert, ts)
                 if transition is not None:
                     out.append(transition)
             self._render(key, alert)
@@ -283,14 +335,18 @@ class AlertEngine:
         status = alert.status if alert else "inactive"
         if alert is not None:
             alert.last_ms = ts
-            if alert.fired_ms is not None:
+            if alert.fired_ms is not None or alert.resolved_ms is not None:   # it has fired (and may be pending again)
                 self._count_change(alert, ts, cond)
         if not cond:
             if alert is None or status not in OPEN:
                 return alert, None
-            if status == "firing" and self._held(rule, alert, ts):
+            if status == "firing" and self._kept_firing(rule, alert, ts):
                 return alert, self._lifted(rule, alert, ts)
             new = "resolved" if status == "firing" else "inactive"
+            if new == "inactive" and alert.held:
+                # It fired, went pending again, and a held transition left the receivers behind: it stays, resolved,
+                # so that they are told when it settles.
+                new = "resolved"
             alert.status, alert.resolved_ms = new, ts if new == "resolved" else None
             if new == "inactive":
                 del self.state.alerts[key]
@@ -307,11 +363,15 @@ class AlertEngine:
                 alert.inhibited = self._inhibited(rule, labels, ts)
                 return alert, self._transition(rule, alert, "firing", "pending", ts)
             return alert, self._lifted(rule, alert, ts) if status == "firing" else None
-        # A resolved alert firing again keeps its recent changes: that is how flapping is seen.
-        changes = alert.changes if alert is not None and status == "resolved" else []
+        # A resolved alert firing again keeps its recent changes (that is how flapping is seen) and whether its
+        # receivers are behind.
+        before = alert if alert is not None and status == "resolved" else None
         alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value,
-                      render_annotations(rule, rec, labels), changes=changes)
-        alert.flapping = self.config.flap_detection.flapping(len(changes))
+                      render_annotations(rule, rec, labels), changes=before.changes if before else [],
+                      flapping=before.flapping if before else False, condition=True,
+                      held=before.held if before else False)
+        if before is not None:
+            alert.resolved_ms = before.resolved_ms   # a pending alert with a resolved time has fired before
         self.state.alerts[key] = alert
         if rule.for_ms == 0:
             alert.status, alert.fired_ms = "firing", ts
@@ -320,21 +380,34 @@ class AlertEngine:
         return alert, self._transition(rule, alert, "pending", status, ts)
 
     def _count_change(self, alert: Alert, ts: int, cond: bool) -> None:
-        """Record a change of the condition of an alert that has fired (firing, held, or resolved), keeping the
-        changes within the flap window, and whether that makes it flapping."""
+        """Record a change of the condition of an alert that has fired, keeping the changes within the flap window
+        and since the last quiet spell (a condition unchanged for `quiet`), and whether that makes it flapping."""
         flap = self.config.flap_detection
-        holding = alert.status == "firing" and alert.cleared_ms is None
-        if cond != holding:
+        previous = alert.condition
+        if previous is None:   # a state saved before the condition was kept: read it off the status
+            previous = alert.status == "pending" or (alert.status == "firing" and alert.cleared_ms is None)
+        if alert.changes and ts - alert.changes[-1] >= flap.quiet_ms:
+            alert.changes = []
+        if cond != previous:
             alert.changes.append(ts)
         alert.changes = [t for t in alert.changes if t > ts - flap.window_ms]
+        alert.condition = cond
         alert.flapping = flap.flapping(len(alert.changes))
 
-    def _held(self, rule: Rule, alert: Alert, ts: int) -> bool:
+    def _kept_firing(self, rule: Rule, alert: Alert, ts: int) -> bool:
         """A firing alert whose condition no longer holds stays firing while `keep_firing_for` has not passed
-        since the condition stopped, or while it is flapping."""
+        since the condition stopped."""
         if alert.cleared_ms is None:
             alert.cleared_ms = ts
-        return alert.flapping or ts - alert.cleared_ms < rule.keep_firing_for_ms
+        return ts - alert.cleared_ms < rule.keep_firing_for_ms
+
+    def _settled(self, rule: Rule, alert: Alert, ts: int) -> Transition | None:
+        """The transition that tells the receivers an alert's true state once it stopped flapping, if a held one
+        left them behind: its status again (firing -> firing, resolved -> resolved), not held. A pending alert
+        waits until it fires or resolves, whose own transition then tells them."""
+        if not alert.held or alert.flapping or alert.status not in ("firing", "resolved"):
+            return None
+        return self._transition(rule, alert, alert.status, alert.status, ts)
 
     def _lifted(self, rule: Rule, alert: Alert, ts: int) -> Transition | None:
         """A firing alert that fired inhibited is delivered once no inhibitor fires any more at `ts` (as Alertmanager
@@ -364,6 +437,8 @@ class AlertEngine:
 
     def _transition(self, rule: Rule, a: Alert, status: str, previous: str, ts: int) -> Transition:
         self._render(f"{rule.name}/{a.fingerprint}", a)
+        if status in ("firing", "resolved") and not a.inhibited:
+            a.held = a.flapping   # a flapping alert's notification is held back; any other tells the receivers
         starts = a.fired_ms if a.fired_ms is not None else a.since_ms
         return Transition(rule.name, a.fingerprint, a.cluster, status, previous, ts, rule.severity, rule.scope,
                           dict(a.labels), dict(a.annotations), a.value, starts,
@@ -374,7 +449,7 @@ class AlertEngine:
         keep = self.config.resolved_retention_ms
         for key in sorted(self.state.alerts):
             a = self.state.alerts[key]
-            if a.status == "resolved" and a.resolved_ms is not None and a.cluster in clocks \
+            if a.status == "resolved" and a.resolved_ms is not None and a.cluster in clocks and not a.held \
                     and clocks[a.cluster] - a.resolved_ms > keep:
                 del self.state.alerts[key]
 

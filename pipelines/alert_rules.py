@@ -67,12 +67,17 @@ class Rule:
 
 @dataclass(frozen=True)
 class FlapDetection:
-    """An open alert whose condition changed more than `max_changes` times within `window_ms` is flapping: it is
-    held firing (labelled so in gold) until the changes in the trailing window fall back to `max_changes`.
-    `max_changes` 0 turns flap detection off."""
+    """An alert whose condition changed more than `max_changes` times within `window_ms` since it first fired is
+    flapping. Flapping acts on notifications, never on the alert's state (gold keeps following the condition):
+    its transitions are recorded and held back from the receivers until it settles, when the receivers get one
+    notification with its true state. It settles when the changes in the trailing window fall back to
+    `max_changes`, or when its condition has not changed for `quiet_ms`; a quiet spell also forgets the changes,
+    so incidents separated by one are separate incidents, never one flapping alert. `max_changes` 0 turns flap
+    detection off."""
 
     window_ms: int = 600_000
     max_changes: int = 4
+    quiet_ms: int = 30_000
 
     def flapping(self, changes: int) -> bool:
         return self.max_changes > 0 and changes > self.max_changes
@@ -167,20 +172,25 @@ def _flap_detection(raw: dict[str, Any], origin: str) -> FlapDetection:
         return FlapDetection()
     where = f"{origin}: flap_detection"
     if not isinstance(section, dict):
-        raise AlertConfigError(f"{where}: expected a mapping with 'window' and 'max_changes'")
-    unknown = sorted(set(section) - {"window", "max_changes"})
+        raise AlertConfigError(f"{where}: expected a mapping with 'window', 'max_changes' and 'quiet'")
+    unknown = sorted(set(section) - {"window", "max_changes", "quiet"})
     if unknown:
-        raise AlertConfigError(f"{where}: {unknown[0]}: unknown field (known: max_changes, window)")
-    try:
-        window = duration_ms(section.get("window", "10m"))
-    except ValueError as e:
-        raise AlertConfigError(f"{where}: window: {e}") from None
+        raise AlertConfigError(f"{where}: {unknown[0]}: unknown field (known: max_changes, quiet, window)")
+    durations = {}
+    for key, default in (("window", "10m"), ("quiet", "30s")):
+        try:
+            durations[key] = duration_ms(section.get(key, default))
+        except ValueError as e:
+            raise AlertConfigError(f"{where}: {key}: {e}") from None
+    window, quiet = durations["window"], durations["quiet"]
     changes = section.get("max_changes", FlapDetection.max_changes)
     if isinstance(changes, bool) or not isinstance(changes, int) or changes < 0:
         raise AlertConfigError(f"{where}: max_changes: expected an integer >= 0 (0: off), got {changes!r}")
     if window <= 0 and changes:
         raise AlertConfigError(f"{where}: window: must be longer than 0 while max_changes is set")
-    return FlapDetection(window, changes)
+    if quiet <= 0 and changes:
+        raise AlertConfigError(f"{where}: quiet: must be longer than 0 while max_changes is set")
+    return FlapDetection(window, changes, quiet)
 
 
 def _rule(raw: Any, index: int, origin: str) -> Rule:

@@ -8,6 +8,7 @@ each silver micro-batch and shapes it here, so the rule engine can be tested wit
 from __future__ import annotations
 
 import functools
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from schemas.gold_durability import FINDING_COLUMNS
 from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
 
 SCOPE_KEYS: dict[str, tuple[str, ...]] = {
+    "replica": ("topic", "partition", "broker_id"),   # a partition's replica, by the broker that holds it
     "partition": ("topic", "partition"),
     "topic": ("topic",),
     "broker": ("broker_id",),
@@ -45,6 +47,14 @@ EVENT_COUNT_COLUMNS = {
     "produce_rejected": "produce requests refused (any error)",
     "truncations": "replica log truncations", "records_truncated": "records removed by truncation",
 }
+
+ISR_MEMBERSHIP_COLUMNS = {
+    "isr_leaves": "times the replica's leader removed it from the ISR (it fell behind replica.lag.time.max.ms)",
+    "isr_rejoins": "times it joined the ISR again",
+    "isr_removed_by_controller": "times the controller removed it (its broker fenced or shut down): not a leave",
+}
+# The ISR events and, in their detail, the replicas each one moved (the emulator's and the collector's alike).
+_ISR_MOVES = {"isr_shrink": (("removed", "isr_leaves"),), "isr_expand": (("added", "isr_rejoins"),)}
 
 
 @dataclass(frozen=True)
@@ -126,10 +136,23 @@ def _place_last(wide: np.ndarray, at: np.ndarray, column: np.ndarray, values: np
 
 
 def shape_ack_ledger(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (run, ts, partition): the interval's records over all acks levels, and the acks=all share."""
-    r = rows.assign(acks_all_acked=np.where(rows["acks"] == "all", rows["records_acked"], 0))
-    return (r.groupby(["run_id", "ts", "topic", "partition"], as_index=False, sort=True)
-            [["records_sent", "records_acked", "records_failed", "records_lost", "acks_all_acked"]].sum())
+    """Per (run, ts, partition): the interval's records over all acks levels, the acks=all share, how long the
+    oldest acks=all write still unacknowledged had waited at the interval's end, and the leader and ISR size it
+    waited on (NaN where the writer did not see them)."""
+    acks_all = rows["acks"] == "all"
+    r = rows.assign(acks_all_acked=np.where(acks_all, rows["records_acked"], 0),
+                    acks_all_unacked_for_ms=np.where(acks_all, rows["unacked_for_ms"], 0),
+                    leader=rows["leader"].astype("float64"),
+                    isr_size=rows["isr"].map(lambda isr: np.nan if _is_null(isr) else float(len(isr))))
+    summed = {c: (c, "sum") for c in ("records_sent", "records_acked", "records_failed", "records_lost",
+                                      "acks_all_acked")}
+    # Every acks level's row of a partition gives the same leader and ISR; the writes of any level can wait.
+    latest = {c: (c, "max") for c in ("acks_all_unacked_for_ms", "leader", "isr_size")}
+    return r.groupby(["run_id", "ts", "topic", "partition"], as_index=False, sort=True).agg(**summed, **latest)
+
+
+def _is_null(value: object) -> bool:
+    return value is None or (isinstance(value, float) and np.isnan(value))
 
 
 def shape_cluster_events(rows: pd.DataFrame) -> pd.DataFrame:
@@ -147,6 +170,37 @@ def shape_cluster_events(rows: pd.DataFrame) -> pd.DataFrame:
     cols = list(EVENT_COUNT_COLUMNS)
     counts[cols] = counts[cols].astype("int64")
     return counts.groupby(["run_id", "ts", "topic", "partition"], as_index=False, sort=True)[cols].sum()
+
+
+def shape_isr_membership(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per (run, ts, topic, partition, replica): how many times the replica left the ISR by its leader's decision,
+    joined it, or was removed by the controller, from the ISR events' detail (`removed`, `added`; the controller's
+    `previous_isr` and `isr`). A replica leaving again and again is what a thrashing ISR is; a broker that stops
+    or restarts is removed by the controller, once, which is no leave."""
+    isr_events = rows[rows["event_type"].isin(("isr_shrink", "isr_expand", "isr_change_controller"))
+                      & rows["topic"].notna() & rows["partition"].notna()]
+    out: list[tuple[object, object, str, int, int, str]] = []
+    for run, ts, topic, partition, event_type, detail in zip(
+            isr_events["run_id"], isr_events["ts"], isr_events["topic"], isr_events["partition"],
+            isr_events["event_type"], isr_events["detail"], strict=True):
+        moved = json.loads(detail) if detail else {}
+        if event_type == "isr_change_controller":
+            before, after = moved.get("previous_isr") or [], moved.get("isr") or []
+            changes = [(b, "isr_removed_by_controller") for b in before if b not in after]
+            changes += [(b, "isr_rejoins") for b in after if b not in before]
+        else:
+            changes = [(b, column) for key, column in _ISR_MOVES[event_type] for b in moved.get(key) or []]
+        out += [(run, ts, topic, int(partition), int(b), column) for b, column in changes]
+    keys = ["run_id", "ts", "topic", "partition", "broker_id"]
+    frame = pd.DataFrame(out, columns=[*keys, "column"])
+    if not len(frame):
+        return pd.DataFrame({**{k: pd.Series(dtype=rows[k].dtype) for k in ("run_id", "ts", "topic")},
+                             **{c: pd.Series(dtype="int64") for c in ("partition", "broker_id",
+                                                                      *ISR_MEMBERSHIP_COLUMNS)}})
+    counts = pd.crosstab([frame[k] for k in keys], frame["column"])
+    counts = counts.reindex(columns=list(ISR_MEMBERSHIP_COLUMNS), fill_value=0).astype("int64")
+    counts.columns.name = None
+    return counts.reset_index()
 
 
 def selecting(*columns: str) -> Callable[[pd.DataFrame], pd.DataFrame]:
@@ -185,15 +239,23 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
         "records_sent": "records sent in the interval", "records_acked": "records acknowledged",
         "records_failed": "records answered with an error",
         "records_lost": "acknowledged records found lost (ground truth: the emulator's ledger, or the canary)",
-        "acks_all_acked": "records acknowledged to acks=all producers"}, shape_ack_ledger),
+        "acks_all_acked": "records acknowledged to acks=all producers",
+        "acks_all_unacked_for_ms": "how long the oldest acks=all record still unacknowledged at the interval's end "
+                                   "had waited, in ms (0: none waits)",
+        "leader": "the partition's leader at the interval's end (NaN: not seen)",
+        "isr_size": "replicas in its ISR at the interval's end (NaN: not seen)"}, shape_ack_ledger),
     Source("cluster_events", "cluster_events", "partition", EVENT_COUNT_COLUMNS, shape_cluster_events),
+    Source("isr_membership", "cluster_events", "replica", ISR_MEMBERSHIP_COLUMNS, shape_isr_membership),
     Source("posture", "posture_history", "topic", _POSTURE_COLUMNS, selecting("topic", *_POSTURE_COLUMNS),
            layer="gold"),
     Source("slo_status", "slo_status", "slo", _SLO_STATUS_COLUMNS, selecting("slo", *_SLO_STATUS_COLUMNS),
            layer="gold"),
-    # Computed by the engine from broker_metrics arrivals: a broker that stops reporting has no rows.
+    # Computed by the engine from broker_metrics arrivals (a broker that stops reporting has no rows) and from the
+    # brokers holding replicas (one that never reported counts from when it was first seen).
     Source("broker_reports", "broker_metrics", "broker", {
-        "seconds_since_report": "event time since the broker's last metrics, at the cluster's latest report"},
+        "seconds_since_report": "event time since the broker's last metrics (or, never reported, since it was first "
+                                "seen holding a replica), at the cluster's latest report",
+        "shut_down_cleanly": "the broker stopped with a controlled shutdown (a rolling restart) and is not back"},
         lambda rows: rows),
 )}
 
@@ -204,9 +266,33 @@ def empty_frame(source: Source, scope: str) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="float64") for c in cols})
 
 
+REPLICA_BROKERS = "replica_brokers"  # not a rule source: the brokers the engine expects metrics from
+BROKER_STOPS = "broker_stops"        # not a rule source: brokers stopped with a controlled shutdown, and back
+
+
+def shape_broker_stops(rows: pd.DataFrame) -> pd.DataFrame:
+    """cluster_events rows -> (run_id, ts, broker_id, stopped): a broker stopped with a controlled shutdown
+    (`broker_state` events of cause `controlled_shutdown`: a rolling restart's), and back (`unfenced`)."""
+    shutdown = (rows["event_type"] == "broker_state") & (rows["cause"] == "controlled_shutdown")
+    back = rows["event_type"] == "unfenced"
+    picked = rows[(shutdown | back) & rows["broker_id"].notna()]
+    return pd.DataFrame({"run_id": picked["run_id"], "ts": picked["ts"],
+                         "broker_id": picked["broker_id"].astype("int64"),
+                         "stopped": (picked["event_type"] == "broker_state").to_numpy()}).reset_index(drop=True)
+
+
+def shape_replica_brokers(rows: pd.DataFrame) -> pd.DataFrame:
+    """partition_state rows -> (run_id, ts, broker_id): each broker holding a replica, at the first time this batch
+    shows it. A broker the cluster places replicas on is expected to report metrics, whether it ever did or not."""
+    brokers = rows[["run_id", "ts", "replicas"]].explode("replicas").dropna(subset=["replicas"])
+    brokers = brokers.rename(columns={"replicas": "broker_id"}).astype({"broker_id": "int64"})
+    return brokers.sort_values("ts", kind="stable").drop_duplicates(["run_id", "broker_id"]).reset_index(drop=True)
+
+
 def shape_union(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """A micro-batch of the alerts job's union (each row tagged with its table in `_source`), shaped per source.
-    The engine computes `broker_reports` itself, from broker_metrics."""
+    The engine computes `broker_reports` itself, from broker_metrics and the brokers holding replicas
+    (`REPLICA_BROKERS`)."""
     frames = {}
     for source in SOURCES.values():
         if source.name == "broker_reports":
@@ -214,4 +300,8 @@ def shape_union(rows: pd.DataFrame) -> dict[str, pd.DataFrame]:
         part = rows[rows["_source"] == source.table]
         if len(part):
             frames[source.name] = source.shape(part.drop(columns="_source"))
+            if source.name == "partition_state":
+                frames[REPLICA_BROKERS] = shape_replica_brokers(part)
+            if source.name == "cluster_events":
+                frames[BROKER_STOPS] = shape_broker_stops(part)
     return frames

@@ -28,9 +28,11 @@ class Alert:
     value: float
     annotations: dict[str, str]
     inhibited: bool = False
-    cleared_ms: int | None = None   # firing, condition false since (held by keep_firing_for or flapping)
+    cleared_ms: int | None = None   # firing, condition false since (held by keep_firing_for)
     changes: list[int] = field(default_factory=list)  # condition changes in the flap window, since it first fired
-    flapping: bool = False
+    flapping: bool = False          # its notifications are held back (pipelines/alert_rules.py FlapDetection)
+    condition: bool | None = None   # the condition at its last evaluation (None: state from before this field)
+    held: bool = False              # a notification was held back: the receivers do not know its state yet
 
 
 _ALERT_FIELDS = tuple(f.name for f in fields(Alert))
@@ -52,7 +54,7 @@ class Transition:
     starts_ms: int
     ends_ms: int | None
     inhibited: bool
-    flapping: bool = False
+    flapping: bool = False  # held back from the receivers: the alert is flapping
 
 
 @dataclass
@@ -63,6 +65,7 @@ class EngineState:
     window_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     window_evaluated: dict[str, int] = field(default_factory=dict)         # key: rule/fingerprint -> last point
     last_hw: dict[str, dict[str, int]] = field(default_factory=dict)      # cluster -> topic/partition -> HW
+    shut_down: dict[str, int] = field(default_factory=dict)  # cluster/broker_id -> its controlled shutdown, until back
 
     def to_rows(self) -> list[dict[str, str]]:
         # An Alert's fields read directly: dataclasses.asdict deep-copies every value on the way, ~80 % of this
@@ -79,6 +82,7 @@ class EngineState:
                  for k, v in sorted(self.window_evaluated.items()) if not self.windows.get(k)]
         rows += [{"kind": "last_hw", "key": c, "state": json.dumps(v, sort_keys=True)}
                  for c, v in sorted(self.last_hw.items())]
+        rows += [{"kind": "shut_down", "key": k, "state": json.dumps(v)} for k, v in sorted(self.shut_down.items())]
         return rows
 
     @classmethod
@@ -99,6 +103,8 @@ class EngineState:
                 s.window_evaluated[r["key"]] = int(data)
             elif r["kind"] == "last_hw":
                 s.last_hw[r["key"]] = {k: int(v) for k, v in data.items()}
+            elif r["kind"] == "shut_down":
+                s.shut_down[r["key"]] = int(data)
         return s
 
     def forget_unused_windows(self) -> None:
@@ -130,6 +136,8 @@ class EngineState:
             part(labels["cluster"]).window_evaluated[k] = point
         for c, hw in self.last_hw.items():
             part(c).last_hw[c] = hw
+        for k, at in self.shut_down.items():
+            part(k.split("/", 1)[0]).shut_down[k] = at
         return {c: parts[c] for c in sorted(parts)}
 
     @classmethod
@@ -143,6 +151,7 @@ class EngineState:
             out.window_labels.update(p.window_labels)
             out.window_evaluated.update(p.window_evaluated)
             out.last_hw.update(p.last_hw)
+            out.shut_down.update(p.shut_down)
         return out
 
 

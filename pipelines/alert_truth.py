@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pipelines.alert_signals import shape_isr_membership
+
 CLASSES: dict[str, tuple[str, ...]] = {
     "writes_refused": ("UnderMinIsr",),
     "acked_data_lost": ("AckedRecordsLost",),
@@ -30,11 +32,12 @@ CLASS_DOCS: dict[str, str] = {
     "offline_partitions": "the partition has no leader (leader -1): no reads, no writes",
     "single_copy_acks": "a lone in-sync leader (ISR 1, effective min ISR <= 1, RF > 1) acknowledged acks=all "
                         "records in the interval",
-    "isr_thrash": "a follower keeps leaving and rejoining the ISR: at least 2 shrinks and 2 expands of the "
-                  "partition's ISR within the last 5 minutes (cluster_events), until that stops holding",
+    "isr_thrash": "a follower keeps leaving and rejoining the ISR: one replica dropped by its leader at least 3 "
+                  "times within the last 5 minutes (cluster_events; removals by the controller, when a broker "
+                  "stops or is fenced, are no leave), until that stops holding",
 }
 THRASH_WINDOW = pd.Timedelta(minutes=5)
-THRASH_MIN_CHANGES = 2
+THRASH_MIN_LEAVES = 3
 CLUSTER_SCOPED = {"OfflinePartitions", "UncleanLeaderElection"}  # their alerts carry no topic/partition label
 
 EPISODE_COLUMNS = ["cls", "cluster", "topic", "partition", "start", "end", "records"]
@@ -81,7 +84,7 @@ def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
     _require(partition_state, [*_SAMPLE_KEYS, "leader", "isr", "effective_min_isr", "replicas"], "partition_state")
     _require(ack_ledger, [*_SAMPLE_KEYS, "acks", "records_acked", "records_lost"], "ack_ledger")
     if cluster_events is not None:
-        _require(cluster_events, [*_SAMPLE_KEYS, "event_type", "cause"], "cluster_events")
+        _require(cluster_events, [*_SAMPLE_KEYS, "event_type", "cause", "detail"], "cluster_events")
     acks_all = (ack_ledger[ack_ledger["acks"] == "all"].astype({"partition": "int64"})
                 .groupby(_SAMPLE_KEYS, as_index=False)["records_acked"].sum()
                 .rename(columns={"records_acked": "acks_all_acked"}))
@@ -114,25 +117,26 @@ def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
 
 
 def thrash_episodes(cluster_events: pd.DataFrame) -> pd.DataFrame:
-    """ISR thrash (`CLASS_DOCS`): per partition, the spans in which its last 5 minutes hold at least two ISR
-    shrinks and two expands. The count only changes at an event or when one leaves the window, so those are
-    the only times looked at; a span ends at the first of them where the condition fails."""
-    ce = cluster_events[cluster_events["event_type"].isin(["isr_shrink", "isr_expand"])
-                        & cluster_events["topic"].notna() & cluster_events["partition"].notna()]
-    ts = pd.DatetimeIndex(ce["ts"])
+    """ISR thrash (`CLASS_DOCS`): per partition, the spans in which one of its replicas' last 5 minutes hold at least
+    three leaves (its leader dropping it from the ISR). A replica's count only changes at a leave or when one leaves
+    the window, so those are the only times looked at; a span ends at the first of them where no replica of the
+    partition thrashes any more."""
+    moves = shape_isr_membership(cluster_events)
+    moves = moves[moves["isr_leaves"] > 0]
+    ts = pd.DatetimeIndex(moves["ts"])
     tz = "UTC" if ts.tz is not None else None
-    ce = ce.assign(ts=(ts.tz_convert("UTC").tz_localize(None) if tz else ts).to_numpy("datetime64[ns]"))
+    moves = moves.assign(ts=(ts.tz_convert("UTC").tz_localize(None) if tz else ts).to_numpy("datetime64[ns]"))
     window = THRASH_WINDOW.to_timedelta64()
     found = []
-    for (cluster, topic, partition), g in ce.groupby(_KEYS, sort=True):
-        shrinks = np.sort(g.loc[g["event_type"] == "isr_shrink", "ts"].to_numpy())
-        expands = np.sort(g.loc[g["event_type"] == "isr_expand", "ts"].to_numpy())
-        times = np.unique(np.concatenate([shrinks, expands, shrinks + window, expands + window]))
+    for (cluster, topic, partition), g in moves.groupby(_KEYS, sort=True):
+        leaves = {b: np.sort(np.repeat(r["ts"].to_numpy(), r["isr_leaves"].to_numpy()))
+                  for b, r in g.groupby("broker_id", sort=True)}
+        times = np.unique(np.concatenate([t for ts in leaves.values() for t in (ts, ts + window)]))
 
         def in_window(ts: np.ndarray, at: np.ndarray) -> np.ndarray:
             return np.searchsorted(ts, at, side="right") - np.searchsorted(ts, at - window, side="right")
 
-        holds = (in_window(shrinks, times) >= THRASH_MIN_CHANGES) & (in_window(expands, times) >= THRASH_MIN_CHANGES)
+        holds = np.any([in_window(ts, times) >= THRASH_MIN_LEAVES for ts in leaves.values()], axis=0)
         starts = np.flatnonzero(holds & ~np.concatenate([[False], holds[:-1]]))
         for i in starts:
             stop = i + int(np.argmin(holds[i:])) if not holds[i:].all() else len(times) - 1

@@ -38,8 +38,6 @@ def payload(event: dict[str, Any], receiver: str, external_url: str) -> dict[str
     """`event` is a gold.alert_events row (labels as a dict)."""
     labels = dict(sorted(dict(event["labels"]).items()))
     annotations = {k: event[k] for k in ("summary", "description", "runbook") if event.get(k)}
-    if event.get("flapping"):   # an annotation, not a label: labels are the alert's identity to receivers
-        annotations["flapping"] = "true"
     status = "resolved" if event["status"] == "resolved" else "firing"
     group = {k: labels[k] for k in ("alertname", "cluster", "topic", "partition", "broker_id") if k in labels}
     group_key = "{}:{" + ",".join(f'{k}="{v}"' for k, v in group.items()) + "}"

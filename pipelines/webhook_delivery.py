@@ -83,7 +83,9 @@ class Pending:
 
 
 def routed(event: dict[str, Any], receiver: Receiver) -> bool:
-    return (event["status"] in ("firing", "resolved") and not event["inhibited"]
+    """A firing or resolved transition goes to the receivers whose routes match it, unless it is inhibited or held
+    back because its alert is flapping (the engine tells the receivers the true state once it settles)."""
+    return (event["status"] in ("firing", "resolved") and not event["inhibited"] and not event.get("flapping")
             and receiver.routes(event["severity"], dict(event["labels"])))
 
 

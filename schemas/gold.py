@@ -22,8 +22,8 @@ _ALERT_COLUMNS = (
     ("runbook", pa.string(), False, "rendered runbook text"),
     ("value", pa.float64(), False, "the rule's `value` expression at the last sample"),
     ("inhibited", pa.bool_(), False, "an inhibiting alert was firing when this one fired: recorded, not delivered"),
-    ("flapping", pa.bool_(), True, "its condition changed more often than flap_detection allows: held firing "
-     "until it settles (null in rows written before flap detection existed)"),
+    ("flapping", pa.bool_(), True, "its condition changed more often than flap_detection allows: its "
+     "notifications are held back until it settles (null in rows written before flap detection existed)"),
 )
 
 _schema, _docs = columns(

@@ -1,5 +1,5 @@
-"""The alert lane (jobs/alert_lane.py): the rules on partition_state and broker_metrics in a query of their own over
-the bronze commit logs, beside a live validate.
+"""The alert lane (jobs/alert_lane.py): the rules on silver tables in a query of their own over the bronze commit
+logs, beside a live validate.
 
 On a cluster losing two of its three brokers: the lane's transitions are the engine's on the same rows, validate
 keeps only the other rules, and each stage owns its state; its query killed between delivering a
@@ -30,40 +30,35 @@ from jobs.alert_recorder import RecordFailed
 from jobs.alert_stage import SOURCE_COLUMNS, build_stage
 from jobs.lane_log import LaneLog, LaneLogError
 from jobs.validate import RunningValidation, start_validation
-from jobs.validate_alerts import HandedOver, SilverAlerts, claim_stages
+from jobs.validate_alerts import HandedOver, SilverAlerts, claim_stages, rule_split
 from jobs.validate_checkpoints import END_INDEX, HadoopFiles
-from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer, split_lane
+from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer
 from pipelines.alert_engine import AlertEngine
-from pipelines.alert_rules import AlertConfigError
 from pipelines.alert_signals import shape_union
 from schemas.bronze import BRONZE_BY_NAME
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver, rules_file
-from tests.alerts.test_one_hop import Killed, failing_after_delivery, shipped_with_inhibition
+from tests.alerts.test_one_hop import Killed, failing_after_delivery
 
 ROOT = Path(__file__).resolve().parents[2]
-LANE, KEPT = split_lane(split_by_layer(load_alert_config())[0])
+LANE = split_by_layer(load_alert_config())[0]
 FILES_PER_BATCH = 4   # bronze commits per table and micro-batch: batches of fixed bounds over a bronze written before
 
 
-def test_the_shipped_rules_split_between_the_lane_and_validate() -> None:
-    assert {r.name for r in LANE.rules} == {"UnderMinIsr", "AtMinIsr", "SingleCopyAcks", "UnderReplicated",
-                                           "OfflinePartitions", "PartitionOffline", "ActiveControllerCount",
-                                           "UncleanLeaderElection", "ProduceNotEnoughReplicas", "BrokerNotReporting"}
-    assert {r.name for r in KEPT.rules} == {"IsrThrash", "AckedRecordsLost"}
-
-
-def test_an_inhibition_across_the_lane_and_validate_is_refused() -> None:
-    silver = split_by_layer(shipped_with_inhibition("IsrThrash", "UnderMinIsr", ["cluster", "topic", "partition"]))[0]
-    with pytest.raises(AlertConfigError, match=r"mine\.yaml: rule 'IsrThrash' is inhibited_by 'UnderMinIsr', but "
-                                               r"only one of them reads partition_state or broker_metrics"):
-        split_lane(silver, "mine.yaml")
+def test_the_lane_holds_every_rule_on_silver_tables_when_it_is_on() -> None:
+    """With the lane on, validate keeps no rule: the lane reads every table a rule on a silver table reads."""
+    on = rule_split(load_settings(overrides={"alerts.lane": True, "validate.trigger": "live"}))
+    assert {r.name for r in on[0].rules} == {r.name for r in LANE.rules} >= {
+        "UnderMinIsr", "BrokerNotReporting", "IsrThrash", "AckedRecordsLost"}
+    assert on[1].rules == ()
+    off = rule_split(load_settings(overrides={"alerts.lane": False, "validate.trigger": "live"}))
+    assert (off[0].rules, {r.name for r in off[1].rules}) == ((), {r.name for r in LANE.rules})
 
 
 def test_one_claim_moves_each_rules_state_and_the_signals_to_the_stage_now_holding_them(tmp_path: Path) -> None:
     """validate's stages claim gold.alerts_engine_state together, in one commit: the lane's rules' alerts and the
-    signals leave the silver stage, IsrThrash's stay, the gold stage's are untouched, and a row written before the
-    `engine` column goes to its rule's layer."""
+    signals leave the silver stage (every rule on a silver table is the lane's), the gold stage's are untouched, and a
+    row written before the `engine` column goes to its rule's layer."""
     lake = str(tmp_path / "lake")
     row = {"state": "{}", "batch_id": 7}
     before = [{**row, "kind": "alert", "key": "UnderMinIsr/f1", "engine": "silver"},
@@ -81,7 +76,7 @@ def test_one_claim_moves_each_rules_state_and_the_signals_to_the_stage_now_holdi
     on = load_settings(overrides={"lakehouse": lake, "alerts.lane": True, "validate.trigger": "live"})
     claim_stages(on)
     after = {r["key"]: r["engine"] for r in read_rows(ALERTS_STATE, lake).to_pylist()}
-    assert after == {"UnderMinIsr/f1": "lane", "IsrThrash/f2": "silver", "IsrThrash/f3": "silver",
+    assert after == {"UnderMinIsr/f1": "lane", "IsrThrash/f2": "lane", "IsrThrash/f3": "lane",
                      "UnderReplicated/f4": "lane", "PostureMinIsrOne/f5": "gold", "c1": "lane", "c1/1": "lane"}
     table.update_incremental()
     assert table.version() == version + 1  # one commit for both stages
@@ -89,9 +84,10 @@ def test_one_claim_moves_each_rules_state_and_the_signals_to_the_stage_now_holdi
     table.update_incremental()
     assert table.version() == version + 1
     # The lane off again: validate's silver stage takes every rule on silver tables back, with the signals.
-    claim_stages(load_settings(overrides={"lakehouse": lake, "validate.trigger": "live"}))
+    claim_stages(load_settings(overrides={"lakehouse": lake, "alerts.lane": False, "validate.trigger": "live"}))
     assert {r["key"]: r["engine"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {
-        **after, "UnderMinIsr/f1": "silver", "UnderReplicated/f4": "silver", "c1": "silver", "c1/1": "silver"}
+        **after, "UnderMinIsr/f1": "silver", "IsrThrash/f2": "silver", "IsrThrash/f3": "silver",
+        "UnderReplicated/f4": "silver", "c1": "silver", "c1/1": "silver"}
 
 
 def test_gold_alerts_written_before_the_stage_column_get_their_stage_and_follow_their_rules(tmp_path: Path) -> None:
@@ -112,11 +108,11 @@ def test_gold_alerts_written_before_the_stage_column_get_their_stage_and_follow_
         return {r["fingerprint"]: r["stage"] for r in read_rows(ALERTS, lake).to_pylist()}
 
     claim_stages(load_settings(overrides={"lakehouse": lake, "alerts.lane": True, "validate.trigger": "live"}))
-    assert stages() == {"f1": "lane", "f2": "silver", "f4": "lane", "f5": "gold"}
+    assert stages() == {"f1": "lane", "f2": "lane", "f4": "lane", "f5": "gold"}
     rows = read_rows(ALERTS, lake).to_pylist()
     assert [{k: v for k, v in r.items() if k != "stage"} for r in sorted(rows, key=lambda r: r["fingerprint"])] == [
         {**b, "labels": [("topic", "t")]} for b in before]
-    claim_stages(load_settings(overrides={"lakehouse": lake, "validate.trigger": "live"}))
+    claim_stages(load_settings(overrides={"lakehouse": lake, "alerts.lane": False, "validate.trigger": "live"}))
     assert stages() == {"f1": "silver", "f2": "silver", "f4": "silver", "f5": "gold"}
 
 
@@ -153,9 +149,21 @@ def test_the_lane_keeps_its_first_position_and_reads_each_batch_from_its_logged_
     reader = BronzeLogReader(str(bronze), lane_tables(), {}, 1000)
     first = LaneLog(HadoopFiles(spark), str(checkpoint), reader)
     assert first.first_position(lambda: {"partition_state": 1, "broker_metrics": 2}) == {
-        "runs": -1, "topic_configs": -1, "partition_state": 1, "broker_metrics": 2}
+        "runs": -1, "topic_configs": -1, "partition_state": 1, "broker_metrics": 2, "ack_ledger": -1,
+        "cluster_events": -1}
     again = LaneLog(HadoopFiles(spark), str(checkpoint), reader)
     assert again.first_position(lambda: {"partition_state": 4}) == first.first  # kept, not computed again
+    # A checkpoint from when the lane read fewer tables: the ones it reads since start where validate stands then,
+    # kept beside the others, which stay where they were.
+    files = HadoopFiles(spark)
+    older = {"runs": -1, "topic_configs": -1, "partition_state": 1, "broker_metrics": 2}
+    files.write(str(checkpoint / "lane_start"), json.dumps(older))
+    grown = LaneLog(files, str(checkpoint), reader)
+    assert grown.first_position(lambda: {"partition_state": 9, "cluster_events": 3}) == {
+        **older, "ack_ledger": -1, "cluster_events": 3}
+    assert json.loads(files.read(str(checkpoint / "lane_start"))) == grown.first
+    assert reader.start == grown.first  # where a table absent from a batch's offsets starts
+    files.write(str(checkpoint / "lane_start"), json.dumps(first.first))
     ends = [{"runs": 1, "topic_configs": 0, "partition_state": 2, "broker_metrics": 3},
             {"runs": 4, "topic_configs": 0, "partition_state": 4, "broker_metrics": 4}]
     _log_offsets(checkpoint, ends)
@@ -274,7 +282,6 @@ def _delivered(receiver: Receiver) -> list[str]:
     return [r["json"]["isrwatchDeliveryId"] for r in receiver.delivered()]
 
 
-@pytest.mark.slow  # ~60 s, and the lane is off by default: in `make test-all`, not in the 20-minute suite
 def test_the_lane_killed_before_and_after_sparks_commit_loses_nothing_and_gives_the_engines_transitions(
         bronze: Path, spark: Any, tmp_path: Path) -> None:
     """Two crashes, then a clean run:
@@ -325,8 +332,8 @@ def test_the_lane_killed_before_and_after_sparks_commit_loses_nothing_and_gives_
     ids = [i for i in _delivered(receiver) if i[0] == "l"]
     assert set(ids) == routed                                       # none lost
     assert {i for i in ids if ids.count(i) > 1} == sent_before | sent_unrecorded  # the killed batches', same ids
-    # validate kept only the other rules; each stage's state is its own
-    assert {e["rule"] for e in events if not e["event_id"].startswith("l")} <= {r.name for r in KEPT.rules}
+    # validate evaluated no rule: every rule on a silver table is the lane's; each stage's state is its own
+    assert not [e for e in events if not e["event_id"].startswith("l")]
     state = read_rows(ALERTS_STATE, lake).to_pylist()
     assert {r["key"].split("/", 1)[0] for r in state if r["kind"] == "alert" and r["engine"] == "lane"} == {
         t[0] for t in got}

@@ -17,11 +17,10 @@ from pipelines.alert_state import EngineState, Transition
 from tests.alerts.test_engine import CONFIG, at, controller, partitions
 
 
-def events(cluster: str, s: float, shrinks: int, expands: int) -> pd.DataFrame:
-    return pd.DataFrame([{"run_id": cluster, "ts": at(s), "topic": "t", "partition": 0, "isr_shrinks": shrinks,
-                          "isr_expands": expands, "elections": 0, "unclean_elections": 0,
-                          "produce_not_enough_replicas": 0, "produce_rejected": 0, "truncations": 0,
-                          "records_truncated": 0}])
+def events(cluster: str, s: float, leaves: int, rejoins: int) -> pd.DataFrame:
+    """isr_membership samples: broker 3's replica of t-0 dropped from (or rejoining) the ISR."""
+    return pd.DataFrame([{"run_id": cluster, "ts": at(s), "topic": "t", "partition": 0, "broker_id": 3,
+                          "isr_leaves": leaves, "isr_rejoins": rejoins, "isr_removed_by_controller": 0}])
 
 
 def second(s: int) -> dict[str, pd.DataFrame]:
@@ -31,13 +30,13 @@ def second(s: int) -> dict[str, pd.DataFrame]:
     - c2: partition 1 under min ISR every other second from 10 s (flap detection), partition 2 offline from 12 s
       to 18 s with the controller counting it (OfflinePartitions inhibits PartitionOffline), and silent
       (no sample at all) from 50 s to 60 s;
-    - c3: broker 2 silent from 5 s to 30 s (BrokerNotReporting) and ISR shrinks and expands of partition 0
-      every 20 s (IsrThrash, a windowed rule)."""
+    - c3: broker 2 silent from 5 s to 30 s (BrokerNotReporting) and broker 3's replica of partition 0 dropped
+      from the ISR and rejoining every 20 s (IsrThrash, a windowed rule)."""
     c1 = partitions(s, {0: 1 if 5 <= s < 20 else 2 if 30 <= s < 70 else 3}, hw=s * 10,
                     min_isr=1 if s >= 40 else 2, n=2).assign(run_id="c1")
     if s >= 40:
         c1.loc[c1["partition"] == 0, "isr_size"] = 1
-    frames = {"partition_state": [c1], "broker_metrics": [controller(s).assign(run_id="c1")], "cluster_events": []}
+    frames = {"partition_state": [c1], "broker_metrics": [controller(s).assign(run_id="c1")], "isr_membership": []}
     if not 50 <= s < 60:
         offline = 12 <= s < 18
         frames["partition_state"].append(
@@ -48,9 +47,9 @@ def second(s: int) -> dict[str, pd.DataFrame]:
     c3 = controller(s).assign(run_id="c3")
     frames["broker_metrics"].append(c3[c3["broker_id"] != 2] if 5 <= s < 30 else c3)
     if s % 20 == 0:
-        frames["cluster_events"].append(events("c3", s, 1, 0))
+        frames["isr_membership"].append(events("c3", s, 1, 0))
     elif s % 20 == 10:
-        frames["cluster_events"].append(events("c3", s, 0, 1))
+        frames["isr_membership"].append(events("c3", s, 0, 1))
     return {name: pd.concat(parts, ignore_index=True) for name, parts in frames.items() if parts}
 
 

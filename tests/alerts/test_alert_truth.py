@@ -3,6 +3,7 @@ from alert events, and the score (recall, precision, detection delay, grace wind
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -212,7 +213,8 @@ def test_missing_columns_name_the_argument() -> None:
 
 
 def event(s: float, event_type: str, cause: str, run: str = "c1") -> dict[str, Any]:
-    return {"run_id": run, "ts": at(s), "topic": "t", "partition": 0, "event_type": event_type, "cause": cause}
+    return {"run_id": run, "ts": at(s), "topic": "t", "partition": 0, "event_type": event_type, "cause": cause,
+            "detail": "{}"}
 
 
 def test_unclean_elections_are_their_own_episodes_scored_against_the_unclean_election_rule() -> None:
@@ -233,14 +235,23 @@ def test_unclean_elections_are_their_own_episodes_scored_against_the_unclean_ele
         episodes(pd.DataFrame([state(0, 3)]), NO_ACKS, ce.drop(columns="cause"))
 
 
-def test_isr_thrash_episodes_span_while_the_window_holds_two_shrinks_and_two_expands() -> None:
-    ce = pd.DataFrame([event(s, kind, "lag") for s, kind in [
-        (0, "isr_shrink"), (20, "isr_expand"), (40, "isr_shrink"), (60, "isr_expand"), (100, "isr_shrink"),
-        (1000, "isr_shrink"), (1001, "isr_expand"), (1002, "election")]])
+def test_isr_thrash_episodes_span_while_one_replica_was_dropped_three_times_within_the_window() -> None:
+    def moved(s: float, kind: str, replica: int) -> dict[str, Any]:
+        key = {"isr_shrink": "removed", "isr_expand": "added"}.get(kind)
+        detail = {key: [replica]} if key else {"previous_isr": [1, 2, 3], "isr": [r for r in (1, 2, 3) if r != replica]}
+        return {**event(s, kind, "lag"), "detail": json.dumps(detail)}
+
+    ce = pd.DataFrame([moved(s, kind, replica) for s, kind, replica in [
+        (0, "isr_shrink", 3), (20, "isr_expand", 3), (40, "isr_shrink", 3), (60, "isr_expand", 3),
+        (70, "isr_shrink", 2), (80, "isr_expand", 2), (100, "isr_shrink", 3),
+        # Removed by the controller three times (a broker stopped): no leave.
+        (1000, "isr_change_controller", 2), (1010, "isr_expand", 2), (1100, "isr_change_controller", 2),
+        (1110, "isr_expand", 2), (1200, "isr_change_controller", 2), (1210, "isr_expand", 2)]]
+        + [event(1002, "election", "clean")])
     eps = episodes(pd.DataFrame([state(0, 3)]), NO_ACKS, ce)
-    # Holds from the expand at 60 s until the expand at 20 s leaves the 5-minute window (320 s); the lone pair
-    # at 1000 s is no thrash.
-    assert spans(eps, "isr_thrash") == [(0, at(60), at(320))]
+    # Holds from broker 3's third drop at 100 s until its first leaves the 5-minute window (300 s); broker 2's
+    # single drop and its three removals by the controller are no thrash.
+    assert spans(eps, "isr_thrash") == [(0, at(100), at(300))]
 
 
 def test_a_second_firing_pair_for_one_incident_is_not_a_true_alert() -> None:

@@ -3,6 +3,7 @@ anchors' defects (unclean election, controller-only offline count, one partition
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -185,6 +186,12 @@ def test_active_controller_count_is_summed_over_controllers() -> None:
     assert [(t.status, t.value) for t in of(ts, "ActiveControllerCount")] == [("firing", 2.0)]
     ts = run(e, {"broker_metrics": controller(1)})
     assert [t.status for t in of(ts, "ActiveControllerCount")] == ["resolved"]
+    # Brokers alone (no controller's metrics read) say nothing of the controllers: no alert, rather than "0 active".
+    brokers_only = controller(2).query("broker_id != 3000")
+    assert of(run(AlertEngine(CONFIG), {"broker_metrics": brokers_only}), "ActiveControllerCount") == []
+    none_active = controller(3, ActiveControllerCount=0.0)
+    assert [(t.status, t.value) for t in of(run(e, {"broker_metrics": none_active}), "ActiveControllerCount")] == [
+        ("firing", 0.0)]
 
 
 def test_a_broker_that_stops_reporting_fires_after_15_seconds_and_resolves_when_it_returns() -> None:
@@ -196,22 +203,103 @@ def test_a_broker_that_stops_reporting_fires_after_15_seconds_and_resolves_when_
     assert [(t.ts_ms - T0.value // 10**6) / 1000 for t in resolved] == [30.0]
 
 
-def test_isr_thrash_counts_shrinks_and_expands_over_the_window() -> None:
+def replica_brokers(s: float, *brokers: int) -> pd.DataFrame:
+    """The brokers partition_state shows holding replicas at second `s` (pipelines/alert_signals.shape_union)."""
+    return pd.DataFrame({"run_id": "c1", "ts": at(s), "broker_id": list(brokers)})
+
+
+def test_a_broker_that_never_reported_is_not_reporting_like_one_that_stopped() -> None:
+    """Broker 4 holds replicas from 0 s and its metrics never come (no exporter, or one isrwatch cannot read): it
+    fires 15 s after it was first seen, as a broker that stopped would; the others, reporting, do not."""
     e = AlertEngine(CONFIG)
+    ts = run(e, *({"broker_metrics": controller(s), "replica_brokers": replica_brokers(s, 1, 2, 3, 4)}
+                  for s in range(0, 20)))
+    assert [(t.status, t.labels["broker_id"], t.ts_ms - T0.value // 10**6) for t in of(ts, "BrokerNotReporting")] \
+        == [("firing", "4", 16_000)]
+    assert of(ts, "BrokerNotReporting")[0].annotations["summary"] == "Broker 4 has sent no metrics for 16 s"
 
-    def events(s: float, shrinks: int, expands: int) -> dict[str, pd.DataFrame]:
-        return {"cluster_events": pd.DataFrame([{
-            "run_id": "c1", "ts": at(s), "topic": "t", "partition": 0, "isr_shrinks": shrinks, "isr_expands": expands,
-            "elections": 0, "unclean_elections": 0, "produce_not_enough_replicas": 0, "produce_rejected": 0,
-            "truncations": 0, "records_truncated": 0}])}
 
-    ts = run(e, events(0, 1, 0), events(20, 0, 1), events(40, 1, 0))
+def test_metrics_that_stop_altogether_fire_for_every_broker() -> None:
+    """From 5 s no broker_metrics row arrives at all (every exporter gone) while partition_state goes on: each
+    broker fires at its cluster's latest time, not silence for want of a metrics row to evaluate at."""
+    e = AlertEngine(CONFIG)
+    ts = run(e, *({"broker_metrics": controller(s), "replica_brokers": replica_brokers(s, 1, 2, 3)} if s < 5 else
+                  {"partition_state": partitions(s, {0: 3}), "replica_brokers": replica_brokers(s, 1, 2, 3)}
+                  for s in range(0, 25)))
+    fired = of(ts, "BrokerNotReporting", "firing")
+    assert sorted((t.labels["broker_id"], t.ts_ms - T0.value // 10**6) for t in fired) == [
+        ("1", 20_000), ("2", 20_000), ("3", 20_000), ("3000", 20_000)]
+
+
+def test_a_broker_stopped_with_a_controlled_shutdown_does_not_page_until_it_stays_away_10_minutes() -> None:
+    """Broker 2 shut down cleanly at 5 s (a rolling restart; its last metrics at 4 s) and is back reporting at 40 s: no
+    alert, where a broker gone as long without a controlled shutdown fires at 20 s. Broker 3 shut down cleanly and
+    never comes back: it fires once it has been silent over 600 s."""
+    def second(s: int) -> dict[str, pd.DataFrame]:
+        absent = {2} if 5 <= s < 40 else set()
+        absent |= {3} if s >= 5 else set()
+        frames = {"broker_metrics": controller(s)[lambda f: ~f["broker_id"].isin(absent)]}
+        if s == 5:
+            frames["broker_stops"] = pd.DataFrame({"run_id": "c1", "ts": [at(5), at(5)], "broker_id": [2, 3],
+                                                   "stopped": [True, True]})
+        if s == 41:
+            frames["broker_stops"] = pd.DataFrame({"run_id": "c1", "ts": [at(41)], "broker_id": [2],
+                                                   "stopped": [False]})
+        return frames
+
+    e = AlertEngine(CONFIG)
+    ts = run(e, *(second(s) for s in range(0, 620, 1)))
+    assert [(t.status, t.labels["broker_id"], t.ts_ms - T0.value // 10**6) for t in of(ts, "BrokerNotReporting")] == [
+        ("firing", "3", 605_000)]
+    assert e.state.shut_down == {"c1/3": at(5).value // 10**6}, "broker 2 back; broker 3 down after its shutdown"
+    # Without the controlled shutdown, the same absence fires at 20 s (16 s after their last metrics).
+    plain = run(AlertEngine(CONFIG), *({k: v for k, v in second(s).items() if k != "broker_stops"} for s in range(30)))
+    assert sorted((t.labels["broker_id"], t.ts_ms - T0.value // 10**6) for t in of(plain, "BrokerNotReporting")) == [
+        ("2", 20_000), ("3", 20_000)]
+
+
+def isr_events(*rows: tuple[float, str, list[int], list[int]]) -> dict[str, pd.DataFrame]:
+    """The ISR frames of cluster_events rows of topic t, partition 0: (second, event type, ISR before, after), with
+    the detail the emulator and the collector write, shaped as the engine gets them."""
+    from pipelines.alert_signals import shape_isr_membership
+
+    detail = {"isr_shrink": lambda b, a: {"removed": [r for r in b if r not in a], "isr": a},
+              "isr_expand": lambda b, a: {"added": [r for r in a if r not in b], "isr": a},
+              "isr_change_controller": lambda b, a: {"previous_isr": b, "isr": a, "elr": []}}
+    raw = pd.DataFrame([{"run_id": "c1", "ts": at(s), "topic": "t", "partition": 0, "event_type": kind,
+                         "detail": json.dumps(detail[kind](before, after))} for s, kind, before, after in rows])
+    return {"isr_membership": shape_isr_membership(raw)}
+
+
+def test_isr_thrash_is_one_replica_dropped_by_its_leader_again_and_again() -> None:
+    e = AlertEngine(CONFIG)
+    # Broker 3's follower is dropped for lag and rejoins, twice; broker 2 is dropped once: no thrash yet.
+    ts = run(e, isr_events((0, "isr_shrink", [1, 2, 3], [1, 2]), (20, "isr_expand", [1, 2], [1, 2, 3]),
+                           (40, "isr_shrink", [1, 2, 3], [1, 2]), (60, "isr_expand", [1, 2], [1, 2, 3]),
+                           (70, "isr_shrink", [1, 2, 3], [1, 3]), (80, "isr_expand", [1, 3], [1, 2, 3])))
     assert not of(ts, "IsrThrash")
-    ts = run(e, events(60, 0, 1))
-    assert [t.status for t in of(ts, "IsrThrash")] == ["firing"]
-    # Five minutes later the window holds nothing: the cluster's clock (another source) resolves it.
-    ts = run(e, {"broker_metrics": controller(60 + 301)})
-    assert [t.status for t in of(ts, "IsrThrash")] == ["resolved"]
+    # The third drop of broker 3's replica within 5 minutes: IsrThrash for that replica only.
+    ts = run(e, isr_events((100, "isr_shrink", [1, 2, 3], [1, 2])))
+    assert [(t.status, t.labels["broker_id"], t.ts_ms - T0.value // 10**6) for t in of(ts, "IsrThrash")] == [
+        ("firing", "3", 100_000)]
+    assert of(ts, "IsrThrash")[0].annotations["summary"] == (
+        "t-0: the replica on broker 3 left the ISR 3 times in 5 min (rejoined 2)")
+    # When its first drop leaves the window (300 s) the window holds two: the cluster's clock (another source)
+    # having passed it, it resolves there.
+    ts = run(e, {"broker_metrics": controller(341)})
+    assert [(t.status, t.ts_ms - T0.value // 10**6) for t in of(ts, "IsrThrash")] == [("resolved", 300_000)]
+
+
+def test_a_rolling_restart_is_no_isr_thrash() -> None:
+    """Each broker stopped and started in turn, twice over within 5 minutes: the controller removes a stopping
+    broker's replica and it rejoins; no replica is dropped by its leader, so nothing thrashes."""
+    rows = []
+    for lap in range(2):
+        for n, b in enumerate((1, 2, 3)):
+            s = lap * 120 + n * 40
+            rows += [(s, "isr_change_controller", [1, 2, 3], [r for r in (1, 2, 3) if r != b]),
+                     (s + 20, "isr_expand", [r for r in (1, 2, 3) if r != b], [1, 2, 3])]
+    assert not of(run(AlertEngine(CONFIG), isr_events(*rows), {"broker_metrics": controller(400)}), "IsrThrash")
 
 
 def test_state_round_trip_continues_exactly_where_it_left_off() -> None:

@@ -40,7 +40,7 @@ FILES_PER_BATCH = 4   # bronze commits per table and micro-batch: a few batches,
 def test_the_shipped_rules_split_by_the_layer_they_read() -> None:
     config = load_alert_config()
     silver, gold = split_by_layer(config)
-    assert {r.source for r in silver.rules} == {"partition_state", "broker_metrics", "cluster_events", "ack_ledger",
+    assert {r.source for r in silver.rules} == {"partition_state", "broker_metrics", "isr_membership", "ack_ledger",
                                                "broker_reports"}
     assert {r.source for r in gold.rules} == {"posture", "slo_status"}
     assert len(silver.rules) + len(gold.rules) == len(config.rules)

@@ -267,3 +267,52 @@ def test_an_active_silence_suppresses_delivery_of_matching_alerts_only(tmp_path:
     # A restart does not send the silenced ones again: silenced is a final outcome.
     again = dispatcher(lake, receiver.url)
     assert again.recover() == 0
+
+
+def _receiver_view(receiver: HttpReceiver) -> list[tuple[str, float]]:
+    """(status, seconds from T0 of the transition) of every POST the receiver took, in order."""
+    out = []
+    for r in receiver.delivered():
+        alert = r["json"]["alerts"][0]
+        at = alert["endsAt"] if alert["status"] == "resolved" else alert["startsAt"]
+        out.append((alert["status"], (datetime.fromisoformat(at.replace("Z", "+00:00")) - ENGINE_T0).total_seconds()))
+    return out
+
+
+ENGINE_T0 = datetime(2026, 1, 1, tzinfo=UTC)   # tests/alerts/test_engine.py's T0
+
+
+@pytest.mark.parametrize(("pattern", "told"), [
+    # Three faults of one partition within 5 minutes, a minute or more apart: three incidents, each a pair.
+    ("1" * 20 + "0" * 60 + "1" * 30 + "0" * 70 + "1" * 25 + "0" * 40,
+     [("firing", 0.0), ("resolved", 20.0), ("firing", 80.0), ("resolved", 110.0), ("firing", 180.0),
+      ("resolved", 205.0)]),
+    # Flapping every second from 0 to 11 s: four changes are told, the rest held until it settles, resolved.
+    ("10101010101" + "0" * 40,
+     [("firing", 0.0), ("resolved", 1.0), ("firing", 2.0), ("resolved", 3.0), ("firing", 4.0), ("resolved", 41.0)]),
+])
+def test_the_receiver_gets_each_incident_and_ends_with_golds_state(
+        tmp_path: Path, receiver: HttpReceiver, pattern: str, told: list[tuple[str, float]]) -> None:
+    """The engine (flap_detection window 10m, max_changes 4, quiet 30s), its transitions in gold.alert_events as the
+    jobs write them, delivered by the dispatcher: what the receiver gets, and the last of it equals gold's state."""
+    from jobs.alert_stage import event_rows
+    from pipelines.alert_engine import AlertEngine
+    from pipelines.alert_rules import parse_alert_config
+    from tests.alerts.test_alert_lifecycle import flipping
+
+    config = parse_alert_config({"rules": [{"name": "Low", "source": "partition_state", "scope": "partition",
+                                            "when": "isr_size < 3", "severity": "critical",
+                                            "summary": "{topic}-{partition}"}],
+                                 "flap_detection": {"window": "10m", "max_changes": 4, "quiet": "30s"}}, "x.yaml")
+    engine = AlertEngine(config)
+    transitions = [t for batch in flipping(pattern) for t in engine.step(batch)]
+    lake = str(tmp_path)
+    store(lake, event_rows(transitions, 0, T0), 0)
+    d = dispatcher(lake, receiver.url).start()
+    try:
+        assert d.wait_idle(30)
+    finally:
+        d.stop()
+    assert _receiver_view(receiver) == told
+    alert = next(iter(engine.state.alerts.values()))
+    assert receiver.delivered()[-1]["json"]["alerts"][0]["status"] == alert.status
