@@ -70,17 +70,14 @@ def say(message: str) -> None:
 
 class Workload:
     """A confluent_kafka Producer per topic at `rate` records/s each, counting acknowledgements and errors;
-    `acks`: topic -> the producer's acks (the demo's topics by default); `on_error(topic, partition, error)` hears
-    of every failed record, with Kafka's name for its error."""
+    `acks`: topic -> the producer's acks (the demo's topics by default)."""
 
-    def __init__(self, bootstrap: str, rate: float, acks: dict[str, str] | None = None,
-                 on_error: Callable[[str, int, str], None] | None = None) -> None:
+    def __init__(self, bootstrap: str, rate: float, acks: dict[str, str] | None = None) -> None:
         from confluent_kafka import Producer
 
-        from collector.canary_topic import kafka_error_name, quiet_librdkafka_logger
+        from collector.canary_topic import quiet_librdkafka_logger
 
         self.rate = rate
-        self.on_error, self.error_name = on_error, kafka_error_name
         topics = acks if acks is not None else {t: a for t, (_, _, a) in TOPICS.items()}
         self.producers = {t: Producer({"bootstrap.servers": bootstrap, "acks": a, "linger.ms": 5,
                                        "message.timeout.ms": 10000, "logger": quiet_librdkafka_logger(),
@@ -97,8 +94,6 @@ class Workload:
                 self.acked[topic] += 1
             else:
                 self.failed[topic] += 1
-                if self.on_error is not None:
-                    self.on_error(topic, msg.partition(), self.error_name(err))
         return on_delivery
 
     def _run(self) -> None:

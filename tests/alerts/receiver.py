@@ -50,7 +50,7 @@ class Receiver:
                     status = outer.answers.pop(0) if outer.answers else 200
                     outer.requests.append({"headers": dict(self.headers), "body": body,
                                            "json": json.loads(body), "status": status,
-                                           "client_port": self.client_address[1]})
+                                           "client_port": self.client_address[1], "at": time.time()})
                     n = len(outer.requests)
                     outer.got.notify_all()
                 self.send_response(status)

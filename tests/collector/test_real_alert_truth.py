@@ -1,0 +1,74 @@
+"""bench/real_alert_truth.py: what a correct monitor fires, derived from the bench's own view of the cluster.
+
+The bench scores isrwatch against these expectations, so they are checked here on snapshots built by hand: a
+stalled follower (broker 3) drops out of every ISR at 104 s and is fenced at 109 s; it comes back at 140 s.
+"""
+
+from __future__ import annotations
+
+from bench.real_alert_truth import ClusterHistory, Expected, Fault, PartitionView, Snapshot, expected_alerts
+
+CANARY = "__isrwatch_canary"
+MIN_ISR = {"orders": 2, "audit": 2, "telemetry": 1, CANARY: 2}
+ALL = (1, 2, 3)
+
+
+def snapshot(at: float, brokers: tuple[int, ...], isr: dict[str, tuple[int, ...]]) -> Snapshot:
+    """orders-0 (RF 3) and audit-0 (RF 2: replicas 1 and 3), telemetry-0 (RF 3) and the canary's partition 0
+    (RF 3), each led by broker 1, with the ISR given per topic."""
+    replicas = {"orders": ALL, "audit": (1, 3), "telemetry": ALL, CANARY: ALL}
+    return Snapshot(at, frozenset(brokers), {(t, 0): PartitionView(1, isr[t], replicas[t]) for t in replicas})
+
+
+def history_of(*snaps: Snapshot) -> ClusterHistory:
+    history = ClusterHistory(probe=None, topics=MIN_ISR)   # type: ignore[arg-type]  # never polled here
+    history.snapshots = list(snaps)
+    return history
+
+
+def expected(history: ClusterHistory, faults: list[Fault]) -> dict[str, list[Expected]]:
+    out: dict[str, list[Expected]] = {}
+    for e in expected_alerts(history, faults, MIN_ISR, {"orders", "audit", CANARY}, CANARY, 90.0, 260.0):
+        out.setdefault(e.rule, []).append(e)
+    return out
+
+
+WHOLE = {"orders": ALL, "audit": (1, 3), "telemetry": ALL, CANARY: ALL}
+SHRUNK = {"orders": (1, 2), "audit": (1,), "telemetry": (1, 2), CANARY: (1, 2)}
+STALL = Fault("stall", (3,), start=100.0, end=140.0)
+
+
+def test_a_stalled_follower_expects_the_rules_a_correct_monitor_fires() -> None:
+    history = history_of(snapshot(90.0, ALL, WHOLE), snapshot(104.0, ALL, SHRUNK), snapshot(109.0, (1, 2), SHRUNK),
+                         snapshot(140.0, ALL, WHOLE))
+    rules = expected(history, [STALL])
+    assert history.fence_times(3, 100.0, 140.0) == [109.0]
+    # audit (RF 2, min ISR 2) with one replica left: under min ISR from the shrink until the ISR is whole.
+    assert [(e.entity, e.shown, e.until) for e in rules["UnderMinIsr"]] == [
+        ((("partition", "0"), ("topic", "audit")), 104.0, 140.0)]
+    # Its leader, broker 1, refuses the acks=all writes to audit meanwhile (the producer sees only timeouts).
+    assert [(e.entity, e.shown, e.until) for e in rules["ProduceNotEnoughReplicas"]] == [
+        ((("broker_id", "1"),), 104.0, 140.0)]
+    # orders and the canary at min ISR 2 of 3 for 36 s: AtMinIsr after its 10 s `for`; telemetry (min ISR 1) not.
+    assert sorted((e.entity, e.shown) for e in rules["AtMinIsr"]) == [
+        ((("partition", "0"), ("topic", CANARY)), 114.0), ((("partition", "0"), ("topic", "orders")), 114.0)]
+    # The canary's writes wait on the stalled ISR member 2 s after the stall; the broker is silent 15 s after it.
+    assert [(e.entity, e.shown) for e in rules["WritesStalled"]] == [((("partition", "0"), ("topic", CANARY)), 102.0)]
+    assert [(e.entity, e.shown) for e in rules["BrokerNotReporting"]] == [((("broker_id", "3"),), 115.0)]
+    # Every partition short of a replica for 36 s: UnderReplicated after its 30 s `for`. Nothing offline, no
+    # unclean election, and an ISR left by a fenced broker is not thrash.
+    assert sorted(e.entity[1][1] for e in rules["UnderReplicated"] if e.shown == 134.0) == sorted(WHOLE)
+    assert set(rules) == {"UnderMinIsr", "ProduceNotEnoughReplicas", "AtMinIsr", "WritesStalled",
+                          "BrokerNotReporting", "UnderReplicated"}
+
+
+def test_a_follower_its_leader_drops_three_times_in_five_minutes_is_thrash_and_a_blip_is_nothing() -> None:
+    snaps = [snapshot(90.0, ALL, WHOLE)]
+    for at in (100.0, 160.0, 220.0):   # broker 3 stays registered: its leader drops it, then takes it back
+        snaps += [snapshot(at, ALL, SHRUNK), snapshot(at + 1.0, ALL, WHOLE)]
+    rules = expected(history_of(*snaps), [])
+    assert sorted((e.entity, e.shown) for e in rules["IsrThrash"]) == sorted(
+        ((("broker_id", "3"), ("partition", "0"), ("topic", t)), 220.0) for t in ("orders", "audit", "telemetry",
+                                                                                    CANARY))
+    # Each shrink lasted 1 s: shorter than a collection interval and a bit, so no UnderMinIsr or refusal expected.
+    assert set(rules) == {"IsrThrash"}
