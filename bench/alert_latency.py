@@ -49,6 +49,7 @@ import yaml
 
 from bench.api_server import free_port
 from bench.bronze_tail import TAIL_EVERY_S, BronzeTail, Incident, Server
+from bench.percentiles import percentile
 from bench.process_cpu import tree_cpu_seconds
 from jobs.progress_log import read_progress
 
@@ -242,11 +243,6 @@ def score(incidents: list[Incident], arrivals: list[tuple[float, dict[str, Any]]
     return out
 
 
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def report(tail: BronzeTail, server: Server, measured_from: float) -> None:
     print(f"\n  {'rule':<22} {'incidents':>9}  {'system':<8} {'caught':>6} {'missed':>6} {'firing':>6} "
           f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'unmatched':>9}")
@@ -258,20 +254,20 @@ def report(tail: BronzeTail, server: Server, measured_from: float) -> None:
             s = score(tail.incidents, server.arrivals.get(system, []), rule, measured_from)
             figures[system] = s
             pooled[system] += s.delays
-            timing = (f"{statistics.median(s.delays):>6.2f} {_pct(s.delays, 0.95):>6.2f} {max(s.delays):>6.2f}"
+            timing = (f"{statistics.median(s.delays):>6.2f} {percentile(s.delays, 95):>6.2f} {max(s.delays):>6.2f}"
                       if s.delays else f"{'-':>6} {'-':>6} {'-':>6}")
             print(f"  {rule if system == 'isrwatch' else '':<22} {len(incidents) if system == 'isrwatch' else '':>9}  "
                   f"{system:<8} {len(s.delays):>6} {s.missed:>6} {s.already_firing:>6} {timing} {s.unmatched:>9}")
         mine, theirs = figures["isrwatch"].delays, figures["peer"].delays
         if mine and theirs:
             print(f"  {'':<22} {'':>9}  isrwatch/peer: p50 {statistics.median(mine) / statistics.median(theirs):.2f}x, "
-                  f"p95 {_pct(mine, 0.95) / _pct(theirs, 0.95):.2f}x")
+                  f"p95 {percentile(mine, 95) / percentile(theirs, 95):.2f}x")
     mine, theirs = pooled["isrwatch"], pooled["peer"]
     if mine and theirs:
-        print(f"  all rules: isrwatch p50 {statistics.median(mine):.2f} s, p95 {_pct(mine, 0.95):.2f} s; peer p50 "
-              f"{statistics.median(theirs):.2f} s, p95 {_pct(theirs, 0.95):.2f} s; isrwatch/peer p50 "
+        print(f"  all rules: isrwatch p50 {statistics.median(mine):.2f} s, p95 {percentile(mine, 95):.2f} s; peer p50 "
+              f"{statistics.median(theirs):.2f} s, p95 {percentile(theirs, 95):.2f} s; isrwatch/peer p50 "
               f"{statistics.median(mine) / statistics.median(theirs):.2f}x, p95 "
-              f"{_pct(mine, 0.95) / _pct(theirs, 0.95):.2f}x")
+              f"{percentile(mine, 95) / percentile(theirs, 95):.2f}x")
 
 
 PHASES = ("latestOffset", "getBatch", "queryPlanning", "addBatch", "walCommit", "commitOffsets", "triggerExecution")
@@ -293,7 +289,7 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
         cells = []
         for phase in PHASES:
             values = [float(p["durationMs"].get(phase, 0)) for p in batches]
-            cells.append(f"{phase} {statistics.median(values):.0f} / {_pct(values, 0.95):.0f}")
+            cells.append(f"{phase} {statistics.median(values):.0f} / {percentile(values, 95):.0f}")
         rows = [p.get("numInputRows", 0) or read[(name, p["batchId"])] for p in batches]
         print(f"  {name:<10} {len(batches)} batches, {statistics.median(rows):.0f} rows (p50): " + ", ".join(cells))
     # the jobs' own steps inside addBatch, for the same batches (the steps lines carry no timestamp: by batch id)
@@ -305,7 +301,7 @@ def breakdown(progress: list[dict[str, Any]], since_wall: float) -> None:
             names = list(dict.fromkeys(n for s in steps for n in s))
             # each step over the batches that took it (the lane records its batch 0 before it ends, the rest behind)
             took = {n: [1000 * s[n] for s in steps if n in s] for n in names}
-            cells = [f"{n} {statistics.median(took[n]):.0f} / {_pct(took[n], 0.95):.0f}"
+            cells = [f"{n} {statistics.median(took[n]):.0f} / {percentile(took[n], 95):.0f}"
                      + (f" ({len(took[n])} batches)" if len(took[n]) < len(steps) else "") for n in names]
             print(f"  {name}'s addBatch, its own steps in ms (p50 / p95): " + ", ".join(cells))
 

@@ -37,14 +37,10 @@ import yaml
 from deltalake import DeltaTable
 
 from bench.delta_log import new_commit_stats
+from bench.percentiles import percentile
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ["broker_metrics", "partition_state", "cluster_events", "ack_ledger", "topic_configs", "runs"]
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _bronze(lake: str, name: str, columns: list[str]) -> pd.DataFrame:
@@ -275,14 +271,14 @@ def latency(seconds: int) -> None:
         print("  no firing alert arrived: run longer (--live-seconds)")
         return
     print(f"  bronze commit holding the breach -> webhook POST received: p50 {statistics.median(delays):.2f} s, "
-          f"p95 {_pct(delays, 0.95):.2f} s, max {max(delays):.2f} s over {len(delays)} of {firing} firing alerts")
+          f"p95 {percentile(delays, 95):.2f} s, max {max(delays):.2f} s over {len(delays)} of {firing} firing alerts")
     if to_silver:
         print(f"  of which bronze commit -> validated into silver: p50 {statistics.median(to_silver):.2f} s, "
-              f"p95 {_pct(to_silver, 0.95):.2f} s")
+              f"p95 {percentile(to_silver, 95):.2f} s")
     durations = [p["durationMs"]["triggerExecution"] / 1000 for p in batches]
     if durations:
         print(f"  validate's micro-batches: median {statistics.median(durations):.2f} s, "
-              f"p95 {_pct(durations, 0.95):.2f} s")
+              f"p95 {percentile(durations, 95):.2f} s")
 
 
 def main() -> None:

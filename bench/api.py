@@ -46,16 +46,12 @@ import httpx  # noqa: E402
 from api_lakehouse import TOPICS, build  # noqa: E402
 from api_pages import dashboards_phase, wait_prebuilt  # noqa: E402
 from api_server import Server, free_port  # noqa: E402
+from percentiles import percentile  # noqa: E402
 
 API_P99_TARGET_MS = 50.0
 BASELINE_REQUESTS = 200
 ALERT_QUERIES = ["?limit=100", "?state=firing", "?severity=critical&limit=50&offset=50",
                  "?state=resolved&limit=20", "?severity=warning&limit=200"]
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 # -- what the lakehouse holds ----------------------------------------------------------------------------
@@ -160,7 +156,7 @@ def _row(label: str, lat: list[float], wall_s: float | None = None, cpu_ms: tupl
     ms = [x * 1000 for x in lat]
     rps = f"{len(lat) / wall_s:>8,.0f}" if wall_s else f"{'':>8}"
     cpu = f"{cpu_ms[0]:>8.1f} {cpu_ms[1]:>8.1f}" if cpu_ms is not None else f"{'':>8} {'':>8}"
-    p99 = _pct(ms, 0.99)
+    p99 = percentile(ms, 99)
     within = "yes" if p99 <= API_P99_TARGET_MS else "no"
     return (f"  {label:<58} {len(ms):>6} {statistics.median(ms):>7.1f} {p99:>7.1f} {max(ms):>7.1f} {rps} {cpu} "
             f"{errors:>6} {within:>7}")
@@ -240,7 +236,7 @@ def load_phase(server: Server, requests: int, clients: int, client: str = "raw",
             by_url: dict[str, list[float]] = {}
             for u, lat, _ in res:
                 by_url.setdefault(u, []).append(lat)
-            worst = max(by_url, key=lambda u: _pct(by_url[u], 0.99))
+            worst = max(by_url, key=lambda u: percentile(by_url[u], 99))
             lines.append(_row(f"    slowest topic by p99: {worst.rsplit('/', 1)[1]}", by_url[worst]))
     print(f"results ({clients}-client rows are the figures; srv/gen CPU = server / load generator CPU ms per request):")
     print(header)

@@ -60,17 +60,13 @@ from bench.collect_cluster import (
     wait_quiet,
     wait_until,
 )
+from bench.percentiles import percentile
 from collector.collect_loop import Collector, CollectSettings
 from kafka_fixture import KafkaCluster
 
 INTERVAL_TARGET_P95_MS = 250.0
 FAULT_SLACK_S = 1.5
 STEP_PARTS = ("metadata", "elr", "configs", "list_offsets", "scrape", "rows", "commit", "state")
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 # ---- the collector, instrumented -----------------------------------------------------------------------
@@ -198,21 +194,22 @@ def print_report(args: argparse.Namespace, setup: dict[str, Any], iv: dict[str, 
     if iv is not None:
         steps = iv["steps"]
         elapsed = [s["elapsed_ms"] for s in steps]
-        p95 = pct(elapsed, 0.95)
+        p95 = percentile(elapsed, 95)
         print()
         print(f"1. one collection interval (Collector.step elapsed), {len(steps)} intervals, "
               f"{iv['partitions']} partitions seen")
         print(f"  {'part':<14}{'p50 ms':>9}{'p95 ms':>9}{'max ms':>9}{'mean ms':>9}{'runs':>6}")
-        print(f"  {'interval':<14}{pct(elapsed, .5):>9.1f}{p95:>9.1f}{max(elapsed):>9.1f}"
+        print(f"  {'interval':<14}{percentile(elapsed, 50):>9.1f}{p95:>9.1f}{max(elapsed):>9.1f}"
               f"{statistics.fmean(elapsed):>9.1f}{len(elapsed):>6}")
         for part in STEP_PARTS:
             values = [p[part] for p in iv["parts"].values() if part in p]
             if values:
-                print(f"  {'  ' + part:<14}{pct(values, .5):>9.1f}{pct(values, .95):>9.1f}{max(values):>9.1f}"
+                print(f"  {'  ' + part:<14}{percentile(values, 50):>9.1f}{percentile(values, 95):>9.1f}"
+                      f"{max(values):>9.1f}"
                       f"{statistics.fmean(values):>9.1f}{len(values):>6}")
         if iv.get("floor"):
             floor = iv["floor"]
-            print(f"  {'commit floor':<14}{pct(floor, .5):>9.1f}{pct(floor, .95):>9.1f}{max(floor):>9.1f}"
+            print(f"  {'commit floor':<14}{percentile(floor, 50):>9.1f}{percentile(floor, 95):>9.1f}{max(floor):>9.1f}"
                   f"{statistics.fmean(floor):>9.1f}{len(floor):>6}")
         print("  (scrape runs beside metadata..list_offsets; configs is the every-30-intervals refresh of topic "
               "configs, features and log start offsets; commit floor: the same sink appending the seven tables with "

@@ -36,6 +36,7 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from bench.delta_log import new_commit_stats
+from bench.percentiles import percentile
 from foundation.delta_checksum import write_with_checksum
 from schemas.bronze import BROKER_METRICS, RUNS
 
@@ -47,11 +48,6 @@ def _emulate(lake: str, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario", str(SCENARIO),
                              "--lakehouse", lake, "--quiet", *extra], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def _passthrough(spark: Any, source: str, sink: str, checkpoint: str, *, files_per_trigger: int,
@@ -108,7 +104,7 @@ def throughput(rows: int, files_per_trigger: list[int]) -> None:
         rate, floor_rate = done / sum(durations), floor_done / sum(floor_durations)
         print(f"  {fpt:>13} {len(durations):>8} {rate:>10,.0f} {floor_rate:>13,.0f} {floor_rate / rate:>14.1f}x "
               f"{statistics.median(durations):>15.2f} {statistics.median(floor_durations):>6.2f} "
-              f"{_pct(durations, 0.95):>12.2f} {_pct(floor_durations, 0.95):>6.2f}")
+              f"{percentile(durations, 95):>12.2f} {percentile(floor_durations, 95):>6.2f}")
 
 
 class CommitPoller:
@@ -201,12 +197,12 @@ def live(seconds: int) -> None:
         if not delays:
             print(f"  {name:<10} no emulator batch arrived after the first micro-batch: run longer (--live-seconds)")
             continue
-        print(f"  {name:<10} {statistics.median(delays):>14.2f} {_pct(delays, 0.95):>7.2f} {len(delays):>4} "
-              f"{warm_up:>10.1f} {statistics.median(durations):>15.2f} {_pct(durations, 0.95):>7.2f}")
+        print(f"  {name:<10} {statistics.median(delays):>14.2f} {percentile(delays, 95):>7.2f} {len(delays):>4} "
+              f"{warm_up:>10.1f} {statistics.median(durations):>15.2f} {percentile(durations, 95):>7.2f}")
     (v, *_), (f, *_) = figures["validate"], figures["floor"]
     if v and f:
         print(f"  validate / floor: median {statistics.median(v) / statistics.median(f):.1f}x, "
-              f"p95 {_pct(v, 0.95) / _pct(f, 0.95):.1f}x")
+              f"p95 {percentile(v, 95) / percentile(f, 95):.1f}x")
 
 
 def main() -> None:

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from bench.delta_log import new_commits
+from bench.percentiles import percentile
 from foundation.bronze_log import added_paths
 from foundation.settings import load_settings
 from foundation.spark import build_spark_session
@@ -90,10 +91,6 @@ class Committed:
                 self.versions[td.name] = version
 
 
-def _pct(values: list[float], q: float) -> float:
-    return sorted(values)[int(q * (len(values) - 1))] if values else float("nan")
-
-
 def measure(spark: SparkSession, lake: str, shape: Shape, committed: Committed, seconds: float, warm_up: float,
             trigger: str, work: Path) -> dict[str, float]:
     settings = load_settings(overrides={"lakehouse": lake})
@@ -141,11 +138,11 @@ def measure(spark: SparkSession, lake: str, shape: Shape, committed: Committed, 
                 if p["numInputRows"] and datetime.fromisoformat(p["timestamp"]).timestamp() >= warm]
 
     def phases(k: str) -> float:
-        return _pct([p["durationMs"].get(k, 0) for p in progress], 0.5)
+        return percentile([p["durationMs"].get(k, 0) for p in progress], 50)
 
-    return {"batches": len(body), "latency_p50": _pct(latency, 0.5), "latency_p95": _pct(latency, 0.95),
+    return {"batches": len(body), "latency_p50": percentile(latency, 50), "latency_p95": percentile(latency, 95),
             "trigger": phases("triggerExecution"), "latestOffset": phases("latestOffset"),
-            "getBatch": phases("getBatch"), "addBatch": phases("addBatch"), "body": _pct(body, 0.5) * 1000}
+            "getBatch": phases("getBatch"), "addBatch": phases("addBatch"), "body": percentile(body, 50) * 1000}
 
 
 def main() -> None:
