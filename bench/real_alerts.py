@@ -25,6 +25,7 @@ bench-real-alerts`, about 40 minutes per exporter on 2 cores.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import signal
 import sys
@@ -38,10 +39,12 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.batch_phases import breakdown
 from bench.collect_cluster import Probe
 from bench.percentiles import percentile
 from bench.real_alert_plans import AUDIT, ORDERS, PLANS, TELEMETRY, PlanContext
 from bench.real_alert_truth import ClusterHistory, Expected, Fault, expected_alerts
+from jobs.progress_log import read_progress
 from kafka_fixture.cluster import JMX_EXPORTER_CONFIG, KafkaCluster
 from kafka_fixture.demo import Workload, evaluated_until_ms
 from kafka_fixture.processes import ROOT, Child, DemoError, wait_for
@@ -201,6 +204,21 @@ def report(results: list[dict[str, Any]], exporter: str) -> None:
 
 # ---- the run ------------------------------------------------------------------------------------------------------
 
+COLLECT_BATCH = re.compile(r"^collect batch \d+: \d+ partitions, \d+ events, (\d+) ms")
+
+
+def steps(collect_log: Path, progress_log: Path, since_wall: float) -> None:
+    """Where a fault's way to the receiver goes: the collector's intervals (its log's batch lines: read the
+    cluster, build rows, commit) and the pipeline's micro-batches (Spark's phases, the lane's own steps)."""
+    took = [float(m.group(1)) for line in collect_log.read_text().splitlines()
+            if (m := COLLECT_BATCH.match(line.strip()))]
+    if took:
+        print(f"\n  collector intervals: {len(took)}, ms p50 / p95 / max: {percentile(took, 50):.0f} / "
+              f"{percentile(took, 95):.0f} / {max(took):.0f}")
+    if progress_log.exists():
+        breakdown(read_progress(progress_log), since_wall)
+
+
 def create_topics(cluster: KafkaCluster) -> None:
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -268,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         rules = alerts_file(work / "alerts.yaml", receiver.url)
         children["pipeline"] = Child("pipeline", ["pipeline", "run", "--config",
                                                   str(pipeline_file(work / "pipeline.yaml", lake, rules)),
-                                                  "--trigger", "live", "--status-every", "60"], logs,
+                                                  "--trigger", "live", "--status-every", "60",
+                                                  "--progress-log", str(work / "progress.jsonl")], logs,
                                      echo=lambda line: False)
         log(f"starting Kafka (exporter rules: {args.exporter}) and the pipeline (Spark); work folder {work}")
         cluster.start()
@@ -294,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
              "the pipeline evaluating alerts within 10 s of now")
         hold(30)
         log("the pipeline keeps up; the plans start")
+        plans_began = time.time()
         ctx = PlanContext(cluster, history, hold, wait)
         for run in range(1, args.runs + 1):
             for plan in plans:
@@ -312,6 +332,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{rule} {row['fired']}/{row['expected']}" for rule, row in sorted(r["rules"].items())
                     if row["expected"]) + f"; still firing after 60 s: {len(r['still_firing'])}")
         report(results, args.exporter)
+        steps(children["collect"].log_path, work / "progress.jsonl", plans_began)
         return 0
     except (DemoError, TimeoutError) as e:
         log(f"FAILED: {e}")

@@ -252,6 +252,13 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
 
     try:
         while any(j.query.isActive for j in running):
+            # One query down (the alert lane, say) leaves the others running blind to it: stop them all and exit
+            # non-zero, so that whatever supervises the pipeline restarts it from its checkpoints.
+            down = [j for j in running if not j.query.isActive and j.query.exception() is not None]
+            if down:
+                print(f"isrwatch pipeline: {', '.join(j.name for j in down)} failed; stopping the other queries",
+                      file=sys.stderr)
+                return "failed"
             if stop_requested.is_set():
                 print("isrwatch pipeline: stopping (signal)", file=sys.stderr)
                 return "stopped (signal)"

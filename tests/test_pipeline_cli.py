@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import hmac
 import io
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +17,7 @@ from deltalake import DeltaTable
 
 from foundation.settings import load_settings
 from isrwatch.cli import main
+from isrwatch.pipeline_cli import Job, _watch
 from isrwatch.webhook_receiver import WebhookPrinter
 from jobs.progress_log import read_progress
 from schemas.bronze import BRONZE_TABLES
@@ -71,6 +74,33 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
     named = {"collect", "check", "silver and quarantine", "great expectations", "dq record"}
     assert all(named <= set(steps[b]["steps"]) and all(s >= 0 for s in steps[b]["steps"].values())
                for b in spark_batches)
+
+
+def test_one_query_failing_stops_the_watch_naming_it(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """A query down (here its second micro-batch raises) is not left for a status line to mention once a minute:
+    the watch ends at once as failed, so `pipeline run` stops the others and exits 1."""
+    def second_batch_fails(_frame: Any, batch_id: int) -> None:
+        if batch_id >= 1:
+            raise RuntimeError("the batch failed")
+
+    def rate() -> Any:
+        return spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+
+    healthy = (rate().writeStream.format("noop").queryName("healthy")
+               .option("checkpointLocation", str(tmp_path / "healthy")).start())
+    failing = (rate().writeStream.foreachBatch(second_batch_fails).queryName("failing")
+               .option("checkpointLocation", str(tmp_path / "failing")).start())
+    stats = type("Stats", (), {"batch_id": 0, "describe": lambda self: ""})()
+    running = [Job("validate", healthy, stats, ()), Job("alert_lane", failing, stats, ())]
+    try:
+        outcome = _watch(running, argparse.Namespace(duration=300, stop_when_idle=None, status_every=600),
+                         time.monotonic())
+        still_active = healthy.isActive
+    finally:
+        healthy.stop()
+        failing.stop()
+    assert outcome == "failed" and still_active, "the watch ended on the failure, not on the duration"
+    assert "isrwatch pipeline: alert_lane failed; stopping the other queries" in capsys.readouterr().err
 
 
 def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:
