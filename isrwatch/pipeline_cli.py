@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import json
 import re
@@ -14,6 +15,12 @@ from typing import Any
 from foundation.settings import SettingsError
 
 JOBS = ("validate", "posture", "slo", "alerts")
+# The alert lane's source is a Python data source: Spark starts a Python worker for it and waits a fixed 10 s for the
+# worker to connect back (PythonWorkerFactory, not configurable). Beside a busy cluster on 2 cores that start once
+# took longer and failed the query 169 s into a run; started again it runs on. Three restarts in 10 minutes are
+# a transient; more are a fault a restart does not cure.
+RESTARTS_ALLOWED = 3
+RESTART_WINDOW_S = 600.0
 
 
 def add_pipeline_parser(sub: Any) -> None:
@@ -91,6 +98,7 @@ class Job:
     stats: Any
     paths: tuple[str, ...]     # the tables it reads (idle detection)
     finish: Any = None         # called once its query stopped (validate: GE's batches still waiting)
+    restart: Any = None        # after a failure: the query started again from its checkpoint, as a new Job
 
     def status_line(self) -> str:
         progress = self.query.lastProgress or {}
@@ -144,7 +152,12 @@ def start_jobs(spark: Any, settings: Any, jobs: list[str], progress: Any = None)
         started.append(Job("validate", running.query, running.validator.stats, tables, running.finish))
         if running.lane is not None:
             lane_tables = tuple(bronze[td.name] for td in running.lane.batches.tables)
-            started.append(Job("alert_lane", running.lane.query, running.lane.stage.stats, lane_tables))
+
+            def lane_job(lane: Any) -> Job:
+                return Job("alert_lane", lane.query, lane.stage.stats, lane_tables,
+                           restart=lambda: lane_job(running.restart_lane()))
+
+            started.append(lane_job(running.lane))
         _settle(started, settings.validate_)
     if "posture" in jobs:
         from jobs.posture import start_posture
@@ -236,29 +249,67 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
     for job in running:
         print(f"isrwatch pipeline: {job.name}: {job.stats.describe()}", file=sys.stderr)
     for job in failed:
-        print(f"isrwatch pipeline: {job.name} FAILED: {str(job.query.exception()).splitlines()[0]}", file=sys.stderr)
+        print(f"isrwatch pipeline: {job.name} FAILED: {failure_reason(job.query.exception())}", file=sys.stderr)
     print(f"isrwatch pipeline: {'FAILED' if failed else outcome} after {time.monotonic() - started:.0f} s",
           file=sys.stderr)
     return 1 if failed else 0
 
 
+def failure_reason(error: Any) -> str:
+    """One line of a failed query's exception: Spark's first line, or, when a foreachBatch raised (the first line
+    then only says that Python raised), the Python exception's own line at the end of its traceback."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    if not lines:
+        return type(error).__name__
+    if "Traceback (most recent call last)" in lines[0]:
+        return next((line for line in reversed(lines) if re.match(r"^[\w.]+(Error|Exception)\b", line)), lines[-1])
+    return lines[0]
+
+
+class Restarts:
+    """How often a failed query may be started again: RESTARTS_ALLOWED times within RESTART_WINDOW_S, each. A
+    query that fails more often than that fails for a reason a restart does not cure."""
+
+    def __init__(self) -> None:
+        self.at: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+
+    def allow(self, name: str, now: float) -> bool:
+        times = self.at[name]
+        while times and times[0] <= now - RESTART_WINDOW_S:
+            times.popleft()
+        if len(times) >= RESTARTS_ALLOWED:
+            return False
+        times.append(now)
+        return True
+
+    def describe(self, name: str) -> str:
+        return f"restart {len(self.at[name])} of {RESTARTS_ALLOWED} allowed within {RESTART_WINDOW_S:.0f} s"
+
+
 def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
-    """Print status lines until the queries end, the duration passes, everything is idle, or Ctrl-C."""
+    """Print status lines until the queries end, the duration passes, everything is idle, or Ctrl-C. A query that
+    can be restarted (the alert lane) and fails is started again, within `Restarts`; `running` then holds the new
+    one. Any other failure ends the watch."""
     next_status = started + args.status_every
     paths = sorted({p for j in running for p in j.paths})
     versions: dict[str, int | None] = {}
     changed_at = started
+    restarts = Restarts()
     from jobs.driver_signals import stop_requested
 
     try:
         while any(j.query.isActive for j in running):
             # One query down (the alert lane, say) leaves the others running blind to it: stop them all and exit
             # non-zero, so that whatever supervises the pipeline restarts it from its checkpoints.
-            down = [j for j in running if not j.query.isActive and j.query.exception() is not None]
-            if down:
-                print(f"isrwatch pipeline: {', '.join(j.name for j in down)} failed; stopping the other queries",
-                      file=sys.stderr)
-                return "failed"
+            for job in [j for j in running if not j.query.isActive and j.query.exception() is not None]:
+                error = failure_reason(job.query.exception())
+                if job.restart is None or not restarts.allow(job.name, time.monotonic()):
+                    print(f"isrwatch pipeline: {job.name} failed ({error}); stopping the other queries",
+                          file=sys.stderr)
+                    return "failed"
+                print(f"isrwatch pipeline: {job.name} failed ({error}); restarting it from its checkpoint "
+                      f"({restarts.describe(job.name)})", file=sys.stderr)
+                running[running.index(job)] = job.restart()
             if stop_requested.is_set():
                 print("isrwatch pipeline: stopping (signal)", file=sys.stderr)
                 return "stopped (signal)"

@@ -298,6 +298,20 @@ class RunningValidation:
     query: StreamingQuery
     validator: UnionValidator
     lane: RunningLane | None = None  # the alert lane's query, when on (jobs/alert_lane.py)
+    start_lane: Callable[[], RunningLane | None] | None = None
+
+    def restart_lane(self) -> RunningLane:
+        """The lane's query failed: its queued records written and its webhook lanes stopped, then the lane started
+        again from its checkpoint, which replays what the failed run committed and did not record (exactly once,
+        jobs/alert_lane.py)."""
+        if self.lane is None or self.start_lane is None:
+            raise RuntimeError("the alert lane is not running: nothing to restart")
+        self.lane.finish()
+        lane = self.start_lane()
+        if lane is None:
+            raise RuntimeError("the alert lane did not start again")
+        self.lane = lane
+        return lane
 
     @property
     def queries(self) -> dict[str, StreamingQuery]:
@@ -366,7 +380,8 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
             lane.query.stop()
         raise
     validator.started.set()
-    return RunningValidation(query, validator, lane)
+    return RunningValidation(query, validator, lane,
+                             lambda: start_alert_lane(spark, settings, checkpoint, log, lane_steps))
 
 
 def _context_tables(td: TableDef) -> set[str]:

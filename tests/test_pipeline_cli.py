@@ -76,31 +76,63 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
                for b in spark_batches)
 
 
-def test_one_query_failing_stops_the_watch_naming_it(spark: Any, tmp_path: Path, capsys: Any) -> None:
-    """A query down (here its second micro-batch raises) is not left for a status line to mention once a minute:
-    the watch ends at once as failed, so `pipeline run` stops the others and exits 1."""
-    def second_batch_fails(_frame: Any, batch_id: int) -> None:
-        if batch_id >= 1:
-            raise RuntimeError("the batch failed")
+def _second_batch_fails(_frame: Any, batch_id: int) -> None:
+    if batch_id >= 1:
+        raise RuntimeError("the batch failed")
 
-    def rate() -> Any:
-        return spark.readStream.format("rate").option("rowsPerSecond", 5).load()
 
-    healthy = (rate().writeStream.format("noop").queryName("healthy")
-               .option("checkpointLocation", str(tmp_path / "healthy")).start())
-    failing = (rate().writeStream.foreachBatch(second_batch_fails).queryName("failing")
-               .option("checkpointLocation", str(tmp_path / "failing")).start())
-    stats = type("Stats", (), {"batch_id": 0, "describe": lambda self: ""})()
-    running = [Job("validate", healthy, stats, ()), Job("alert_lane", failing, stats, ())]
+def _rate_query(spark: Any, folder: Path, name: str, fails: bool) -> Any:
+    writer = spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream.queryName(name)
+    writer = writer.foreachBatch(_second_batch_fails) if fails else writer.format("noop")
+    return writer.option("checkpointLocation", str(folder / name)).start()
+
+
+WATCH_ARGS = argparse.Namespace(duration=300, stop_when_idle=None, status_every=600)
+STATS = type("Stats", (), {"batch_id": 0, "describe": lambda self: ""})()
+
+
+def test_a_failed_query_without_a_restart_stops_the_watch_naming_it(spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """A query down is not left for a status line to mention once a minute: the watch ends at once as failed, so
+    `pipeline run` stops the others and exits 1 (a supervisor restarts it)."""
+    healthy = _rate_query(spark, tmp_path, "healthy", fails=False)
+    failing = _rate_query(spark, tmp_path, "failing", fails=True)
+    running = [Job("validate", healthy, STATS, ()), Job("posture", failing, STATS, ())]
     try:
-        outcome = _watch(running, argparse.Namespace(duration=300, stop_when_idle=None, status_every=600),
-                         time.monotonic())
+        outcome = _watch(running, WATCH_ARGS, time.monotonic())
         still_active = healthy.isActive
     finally:
         healthy.stop()
         failing.stop()
     assert outcome == "failed" and still_active, "the watch ended on the failure, not on the duration"
-    assert "isrwatch pipeline: alert_lane failed; stopping the other queries" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "isrwatch pipeline: posture failed (" in err and "the batch failed" in err
+    assert err.rstrip().endswith("); stopping the other queries")
+
+
+def test_a_failed_lane_is_restarted_three_times_within_ten_minutes_then_the_watch_fails(
+        spark: Any, tmp_path: Path, capsys: Any) -> None:
+    """The alert lane's query, failed, is started again from its checkpoint (a transient: its Python worker slow to
+    start); failing a fourth time within the window, it stops the watch."""
+    healthy = _rate_query(spark, tmp_path, "healthy", fails=False)
+    started: list[Any] = []
+
+    def lane_job() -> Job:
+        started.append(_rate_query(spark, tmp_path / str(len(started)), "lane", fails=True))
+        return Job("alert_lane", started[-1], STATS, (), restart=lane_job)
+
+    running = [Job("validate", healthy, STATS, ()), lane_job()]
+    try:
+        outcome = _watch(running, WATCH_ARGS, time.monotonic())
+        still_active = healthy.isActive
+    finally:
+        for query in (healthy, *started):
+            query.stop()
+    assert outcome == "failed" and still_active
+    assert len(started) == 4 and running[1].query is started[-1], "the watch holds the lane's latest query"
+    lines = [line for line in capsys.readouterr().err.splitlines() if "alert_lane failed" in line]
+    assert [line.rsplit("(", 1)[1] for line in lines[:3]] == [
+        f"restart {n} of 3 allowed within 600 s)" for n in (1, 2, 3)]
+    assert len(lines) == 4 and lines[3].endswith("; stopping the other queries")
 
 
 def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:
