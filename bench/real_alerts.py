@@ -140,7 +140,11 @@ def score(plan: str, run: int, expected: list[Expected], faults: list[Fault], se
             fences = [t for b in f.brokers for t in history.fence_times(b, f.start, f.end)]
             first_alerts.append({"kind": f.kind, "brokers": f.brokers, "first_s": min(after, default=None),
                                  "fence_s": (min(fences) - f.start) if fences else None})
-    still = firing_at(sent, recovered + AFTER_RECOVERY_S)
+    # Still firing 60 s after recovery and no longer true: an alert whose condition still holds then (IsrThrash counts
+    # an ISR's leaves over 5 minutes) is right to fire.
+    checked_at = recovered + AFTER_RECOVERY_S
+    still = [n for n in firing_at(sent, checked_at)
+             if not any(e.rule == n["rule"] and e.matches(n["labels"]) and e.until > checked_at for e in expected)]
     dup_ids, repeated = duplicates(window)
     critical = [n for n in firings if n["severity"] == "critical" and not n["rule"].startswith(CONFIG_RULES)]
     return {"plan": plan, "run": run, "rules": dict(rows), "first_alerts": first_alerts,

@@ -5,7 +5,9 @@ interval's view with the previous one and names the change the way the emulator'
 same rules and dashboards read both:
 
 - a new leader is an `election`: `clean` when it was in the previous ISR, `elr` when it was an eligible
-  leader replica, `unclean` otherwise; no leader is an election with cause `offline`;
+  leader replica, `unclean` when it was neither and is alone in the ISR (as Kafka leaves an unclean election),
+  `clean` when others are in the ISR beside it (it joined between the two views); no leader is an election
+  with cause `offline`;
 - replicas leaving or joining the ISR are `isr_shrink` / `isr_expand` (broker_id: the leader); a replica whose
   broker has left the metadata (fenced) was removed by the controller, not by its leader: `isr_change_controller`
   with cause `fenced`, as the emulator records it (Kafka's IsrShrinksPerSec does not count those either);
@@ -75,11 +77,17 @@ class Remembered:
 _REMEMBERED_LISTS = tuple(f.name for f in fields(Remembered) if str(f.type).startswith("list"))
 
 
-def election_kind(previous: Remembered, new_leader: int) -> str:
+def election_kind(previous: Remembered, new_leader: int, new_isr: tuple[int, ...] | list[int]) -> str:
+    """`clean` from the previous ISR, `elr` from its eligible leader replicas, `unclean` otherwise; but an unclean
+    election leaves its leader alone in the ISR (KAFKA_SEMANTICS.md: ISR=[leader], RECOVERING), so a leader from
+    outside the previous view with others beside it in the ISR joined between the two views (an expansion, then a
+    clean election: a rolling restart seen at a 2 s interval) and the election was clean."""
     if new_leader in previous.isr:
         return "clean"
     if new_leader in previous.elr:
         return "elr"
+    if list(new_isr) != [new_leader]:
+        return "clean"
     return "unclean"
 
 
@@ -102,7 +110,7 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
         if now.leader < 0:
             event("election", "offline", detail={"previous_leader": before.leader})
         else:
-            event("election", election_kind(before, now.leader), broker_id=now.leader,
+            event("election", election_kind(before, now.leader, now.isr), broker_id=now.leader,
                   detail={"previous_leader": before.leader, "previous_isr": before.isr,
                           "leader_epoch": now.leader_epoch})
     removed = [b for b in before.isr if b not in now.isr]

@@ -124,11 +124,16 @@ def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> i
 
 
 
-def await_query(query: StreamingQuery, stop: Callable[[], None] | None = None) -> bool:
-    """Wait for `query` to end, or for a stop signal (jobs/driver_signals.py), then stop it between micro-batches
-    (`stop`, default `stop_between_batches`); True when stopped by a signal."""
+def await_query(query: StreamingQuery, stop: Callable[[], None] | None = None,
+                beside: Callable[[], StreamingQuery | None] = lambda: None) -> bool:
+    """Wait for `query` to end, for the query `beside` it to end (validate's alert lane), or for a stop signal
+    (jobs/driver_signals.py), then stop it between micro-batches (`stop`, default `stop_between_batches`); True
+    when stopped by a signal."""
     try:
         while not query.awaitTermination(1):
+            other = beside()
+            if other is not None and not other.isActive:
+                return False
             if driver_signals.stop_requested.is_set():
                 (stop or (lambda: stop_between_batches(query)))()
                 return True

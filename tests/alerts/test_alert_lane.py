@@ -339,3 +339,35 @@ def test_the_lane_killed_before_and_after_sparks_commit_loses_nothing_and_gives_
         t[0] for t in got}
     assert {r["engine"] for r in state if r["kind"] in ("last_hw", "last_seen")} == {"lane"}
     assert replayed == ["alert_lane: replayed batches 1..1, committed by Spark and not recorded before a stop"]
+
+
+def test_a_failed_lane_started_again_beside_a_running_validate_repeats_and_loses_nothing(
+        bronze: Path, spark: Any, tmp_path: Path) -> None:
+    """What `pipeline run` and jobs/validate.py do when the lane's query fails (jobs/query_restarts.py): the lane
+    alone is started again from its checkpoint while validate runs on. The failed batch, delivered and not
+    recorded, is replayed: every transition is recorded once, the failed batch's delivered again under its ids."""
+    lake = str(tmp_path / "lakehouse")
+    shutil.copytree(bronze, lake)
+    receiver = Receiver().start()
+    try:
+        rules = rules_file(tmp_path, receiver.url)
+        with failing_after_delivery("alert_lane", KILLED_BATCH):
+            running = _start(spark, lake, rules)
+            assert running.lane is not None
+            failed = running.lane.query
+            with pytest.raises(Exception, match="killed after delivering batch"):
+                failed.awaitTermination()
+        assert running.query.isActive, "validate runs on"
+        sent_before = set(_delivered(receiver))
+        restarted = running.restart_lane()
+        assert restarted.query is not failed and restarted.query.id == failed.id, "the same checkpoint, a new run"
+        _drain(running)
+    finally:
+        receiver.stop()
+    lane = [e for e in _events(lake) if e["event_id"].startswith("l")]
+    got = sorted((e["rule"], e["fingerprint"], e["status"], int(e["ts"].timestamp() * 1000), e["value"]) for e in lane)
+    assert got and got == _engine_on_bronze(lake)   # each transition once
+    ids = [i for i in _delivered(receiver) if i[0] == "l"]
+    assert set(ids) == {f"{e['event_id']}@test" for e in lane if e["status"] in ("firing", "resolved")
+                        and e["severity"] in ("critical", "warning")}
+    assert sent_before and {i for i in ids if ids.count(i) > 1} == sent_before

@@ -125,6 +125,23 @@ def test_an_unchanged_partition_has_no_events_and_a_reordered_isr_is_still_compa
     assert [(e.event_type, e.detail["removed"]) for e in shrunk] == [("isr_shrink", [3])]
 
 
+def test_a_leader_from_outside_the_previous_isr_is_unclean_only_when_alone_in_the_new_one() -> None:
+    """A rolling restart read at a 2 s interval: ISR [2, 3] (leader 2), then broker 1 rejoined and broker 2 shut down
+    between two views, leader 1 with ISR [1, 3]: a clean election. An unclean one leaves its leader alone in the
+    ISR; an ELR member is `elr`."""
+    before = Remembered(leader=2, leader_epoch=15, isr=[2, 3], elr=[], replicas=[1, 2, 3], partition_epoch=0,
+                        high_watermark=10, log_start_offset=0)
+
+    def elected(isr: tuple[int, ...], remembered: Remembered = before) -> list[tuple[str, str]]:
+        got = partition_events(1, ("t", 0), remembered, Partition("t", 0, 1, 16, (1, 2, 3), isr, (), ()), 10)
+        return [(e.event_type, e.cause) for e in got if e.event_type == "election"]
+
+    assert elected((1, 3)) == [("election", "clean")]
+    assert elected((1,)) == [("election", "unclean")]
+    from_elr = Remembered(**{**before.to_json(), "isr": [2], "elr": [1]})
+    assert elected((1,), from_elr) == [("election", "elr")]
+
+
 def test_a_replica_whose_broker_left_the_metadata_was_removed_by_the_controller_not_its_leader() -> None:
     """Broker 3 fenced (no longer listed) and broker 2 dropped for lag at once: the controller's removal is
     isr_change_controller (cause fenced, as the emulator writes it), the leader's an isr_shrink; neither when the
