@@ -5,9 +5,8 @@ interval's view with the previous one and names the change the way the emulator'
 same rules and dashboards read both:
 
 - a new leader is an `election`: `clean` when it was in the previous ISR, `elr` when it was an eligible
-  leader replica, `unclean` when it was neither and is alone in the ISR (as Kafka leaves an unclean election),
-  `clean` when others are in the ISR beside it (it joined between the two views); no leader is an election
-  with cause `offline`;
+  leader replica, `unclean` when it was neither and no member of the previous ISR is in the new one (with one
+  there, the leader joined the ISR between the two views); no leader is an election with cause `offline`;
 - replicas leaving or joining the ISR are `isr_shrink` / `isr_expand` (broker_id: the leader); a replica whose
   broker has left the metadata (fenced) was removed by the controller, not by its leader: `isr_change_controller`
   with cause `fenced`, as the emulator records it (Kafka's IsrShrinksPerSec does not count those either);
@@ -79,14 +78,15 @@ _REMEMBERED_LISTS = tuple(f.name for f in fields(Remembered) if str(f.type).star
 
 def election_kind(previous: Remembered, new_leader: int, new_isr: tuple[int, ...] | list[int]) -> str:
     """`clean` from the previous ISR, `elr` from its eligible leader replicas, `unclean` otherwise; but an unclean
-    election leaves its leader alone in the ISR (KAFKA_SEMANTICS.md: ISR=[leader], RECOVERING), so a leader from
-    outside the previous view with others beside it in the ISR joined between the two views (an expansion, then a
-    clean election: a rolling restart seen at a 2 s interval) and the election was clean."""
+    election happens only when no member of the ISR can lead, so a leader from outside the previous view with a
+    member of the previous ISR still in the new one joined between the two views (an expansion, then a clean
+    election: a rolling restart seen at a 2 s interval) and the election was clean. The new leader being alone in
+    the ISR is no sign either way: a recovered leader takes followers back within a second."""
     if new_leader in previous.isr:
         return "clean"
     if new_leader in previous.elr:
         return "elr"
-    if list(new_isr) != [new_leader]:
+    if set(new_isr) & set(previous.isr):
         return "clean"
     return "unclean"
 

@@ -249,7 +249,7 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
     return 1 if failed else 0
 
 
-def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
+def _watch(running: list[Job], args: argparse.Namespace, started: float, restarts: Restarts | None = None) -> str:
     """Print status lines until the queries end, the duration passes, everything is idle, or Ctrl-C. A query that
     can be restarted (the alert lane) and fails is started again, within `Restarts`; `running` then holds the new
     one. Any other failure ends the watch."""
@@ -257,7 +257,7 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
     paths = sorted({p for j in running for p in j.paths})
     versions: dict[str, int | None] = {}
     changed_at = started
-    restarts = Restarts()
+    restarts = restarts or Restarts()
     from jobs.driver_signals import stop_requested
 
     try:
@@ -272,6 +272,7 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float) -> str:
                     return "failed"
                 print(f"isrwatch pipeline: {job.name} failed ({error}); restarting it from its checkpoint "
                       f"({restarts.describe(job.name)})", file=sys.stderr)
+                time.sleep(restarts.wait_s(job.name))
                 running[running.index(job)] = job.restart()
             if stop_requested.is_set():
                 print("isrwatch pipeline: stopping (signal)", file=sys.stderr)

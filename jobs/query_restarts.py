@@ -10,9 +10,11 @@ from typing import Any
 # The alert lane's source is a Python data source: Spark starts a Python worker for it and waits a fixed 10 s for the
 # worker to connect back (PythonWorkerFactory, not configurable). Beside a busy cluster on 2 cores that start once
 # took longer and failed the query 169 s into a run; started again it runs on. Three restarts in 10 minutes are
-# a transient; more are a fault a restart does not cure.
+# a transient; more are a fault a restart does not cure. Each waits longer than the one before (10 s, 20 s, 30 s):
+# four restarts back to back all fell into the same busy start-up of a cluster with Strimzi's exporter rules.
 RESTARTS_ALLOWED = 3
 RESTART_WINDOW_S = 600.0
+RESTART_BACKOFF_S = 10.0
 
 
 def failure_reason(error: Any) -> str:
@@ -30,8 +32,13 @@ class Restarts:
     """How often a failed query may be started again: RESTARTS_ALLOWED times within RESTART_WINDOW_S, each. A
     query that fails more often than that fails for a reason a restart does not cure."""
 
-    def __init__(self) -> None:
+    def __init__(self, backoff_s: float = RESTART_BACKOFF_S) -> None:
         self.at: dict[str, collections.deque[float]] = collections.defaultdict(collections.deque)
+        self.backoff_s = backoff_s
+
+    def wait_s(self, name: str) -> float:
+        """How long to wait before the restart `allow` just granted: longer with each restart in the window."""
+        return self.backoff_s * len(self.at[name])
 
     def allow(self, name: str, now: float) -> bool:
         times = self.at[name]

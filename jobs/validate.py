@@ -411,6 +411,7 @@ def _await_validation(running: RunningValidation) -> tuple[bool, bool]:
             return False, True
         print(f"validate: the alert lane failed ({reason}); restarting it from its checkpoint "
               f"({restarts.describe(JOB_LANE)})", file=sys.stderr)
+        time.sleep(restarts.wait_s(JOB_LANE))
         running.restart_lane()
 
 

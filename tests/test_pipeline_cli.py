@@ -20,6 +20,7 @@ from isrwatch.cli import main
 from isrwatch.pipeline_cli import Job, _watch
 from isrwatch.webhook_receiver import WebhookPrinter
 from jobs.progress_log import read_progress
+from jobs.query_restarts import Restarts
 from schemas.bronze import BRONZE_TABLES
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 from schemas.gold_durability import POSTURE, SLO_STATUS
@@ -121,8 +122,16 @@ def test_a_failed_lane_is_restarted_three_times_within_ten_minutes_then_the_watc
         return Job("alert_lane", started[-1], STATS, (), restart=lane_job)
 
     running = [Job("validate", healthy, STATS, ()), lane_job()]
+    waits: list[float] = []
+
+    class Recorded(Restarts):
+        def wait_s(self, name: str) -> float:
+            waits.append(super().wait_s(name))
+            return waits[-1]
+
+    restarts = Recorded(backoff_s=0.5)
     try:
-        outcome = _watch(running, WATCH_ARGS, time.monotonic())
+        outcome = _watch(running, WATCH_ARGS, time.monotonic(), restarts)
         still_active = healthy.isActive
     finally:
         for query in (healthy, *started):
@@ -133,6 +142,7 @@ def test_a_failed_lane_is_restarted_three_times_within_ten_minutes_then_the_watc
     assert [line.rsplit("(", 1)[1] for line in lines[:3]] == [
         f"restart {n} of 3 allowed within 600 s)" for n in (1, 2, 3)]
     assert len(lines) == 4 and lines[3].endswith("; stopping the other queries")
+    assert waits == [0.5, 1.0, 1.5], "each restart waits longer than the one before"
 
 
 def test_pipeline_refuses_unknown_jobs(capsys: Any) -> None:

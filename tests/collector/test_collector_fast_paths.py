@@ -125,10 +125,11 @@ def test_an_unchanged_partition_has_no_events_and_a_reordered_isr_is_still_compa
     assert [(e.event_type, e.detail["removed"]) for e in shrunk] == [("isr_shrink", [3])]
 
 
-def test_a_leader_from_outside_the_previous_isr_is_unclean_only_when_alone_in_the_new_one() -> None:
+def test_a_leader_from_outside_the_previous_isr_is_unclean_only_when_no_previous_member_is_left() -> None:
     """A rolling restart read at a 2 s interval: ISR [2, 3] (leader 2), then broker 1 rejoined and broker 2 shut down
-    between two views, leader 1 with ISR [1, 3]: a clean election. An unclean one leaves its leader alone in the
-    ISR; an ELR member is `elr`."""
+    between two views, leader 1 with ISR [1, 3]: a clean election (3, of the previous ISR, is still in it). With no
+    previous ISR member left it is unclean, even when the new leader took a follower back before the next view;
+    an ELR member is `elr`."""
     before = Remembered(leader=2, leader_epoch=15, isr=[2, 3], elr=[], replicas=[1, 2, 3], partition_epoch=0,
                         high_watermark=10, log_start_offset=0)
 
@@ -138,6 +139,7 @@ def test_a_leader_from_outside_the_previous_isr_is_unclean_only_when_alone_in_th
 
     assert elected((1, 3)) == [("election", "clean")]
     assert elected((1,)) == [("election", "unclean")]
+    assert elected((1, 3), Remembered(**{**before.to_json(), "isr": [2]})) == [("election", "unclean")]
     from_elr = Remembered(**{**before.to_json(), "isr": [2], "elr": [1]})
     assert elected((1,), from_elr) == [("election", "elr")]
 
