@@ -1,11 +1,17 @@
 """When a failed streaming query is started again: the alert lane's, a few times within a window, by `pipeline run`
-and jobs/validate.py alike; and how a failure is named in one line."""
+and jobs/validate.py alike (`await_validation`); and how a failure is named in one line."""
 
 from __future__ import annotations
 
 import collections
 import re
-from typing import Any
+import sys
+import time
+from typing import Any, Protocol
+
+from jobs.alert_lane import JOB as JOB_LANE
+from jobs.alert_lane import RunningLane
+from jobs.streaming import await_query, stop_between_batches
 
 # The alert lane's source is a Python data source: Spark starts a Python worker for it and waits a fixed 10 s for the
 # worker to connect back (PythonWorkerFactory, not configurable). Beside a busy cluster on 2 cores that start once
@@ -51,3 +57,33 @@ class Restarts:
 
     def describe(self, name: str) -> str:
         return f"restart {len(self.at[name])} of {RESTARTS_ALLOWED} allowed within {RESTART_WINDOW_S:.0f} s"
+
+
+class ValidationWithLane(Protocol):
+    """jobs/validate.py's RunningValidation, as far as its supervision needs it."""
+
+    query: Any
+    lane: RunningLane | None
+
+    def restart_lane(self) -> RunningLane: ...
+
+
+def await_validation(running: ValidationWithLane) -> tuple[bool, bool]:
+    """Until validate's query ends or a signal stops it: (stopped by a signal, the alert lane failed for good). A
+    failed lane is started again as `pipeline run` does (jobs/query_restarts.py); failing more often, it stops
+    validate too: validate never runs on without the lane's rules."""
+    restarts = Restarts()
+    while True:
+        stopped = await_query(running.query, beside=lambda: None if running.lane is None else running.lane.query)
+        lane = running.lane
+        if stopped or lane is None or lane.query.isActive or not running.query.isActive:
+            return stopped, False
+        reason = failure_reason(lane.query.exception())
+        if not restarts.allow(JOB_LANE, time.monotonic()):
+            print(f"validate: the alert lane failed ({reason}) again; stopping", file=sys.stderr)
+            stop_between_batches(running.query)
+            return False, True
+        print(f"validate: the alert lane failed ({reason}); restarting it from its checkpoint "
+              f"({restarts.describe(JOB_LANE)})", file=sys.stderr)
+        time.sleep(restarts.wait_s(JOB_LANE))
+        running.restart_lane()

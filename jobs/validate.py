@@ -40,7 +40,6 @@ from foundation.batch_appender import BatchAppender
 from foundation.settings import PipelineSettings, SettingsError, interval_ms
 from foundation.spool import Spool
 from jobs import driver_signals
-from jobs.alert_lane import JOB as JOB_LANE
 from jobs.alert_lane import RunningLane, start_alert_lane
 from jobs.delta_tables import (
     SchemaDriftError,
@@ -53,9 +52,9 @@ from jobs.delta_tables import (
 from jobs.dq_behind import DqBehind, Waiting
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
 from jobs.ge_process import GeProcess
-from jobs.query_restarts import Restarts, failure_reason
+from jobs.query_restarts import await_validation
 from jobs.step_clock import StepClock
-from jobs.streaming import await_query, die_here_if_asked, stop_between_batches, wait_started
+from jobs.streaming import die_here_if_asked, wait_started
 from jobs.validate_alerts import SilverAlerts, claim_stages, silver_stage
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
@@ -394,27 +393,6 @@ def _context_tables(td: TableDef) -> set[str]:
         needs.add(TOPIC_CONFIGS.name)
     return needs
 
-def _await_validation(running: RunningValidation) -> tuple[bool, bool]:
-    """Until validate's query ends or a signal stops it: (stopped by a signal, the alert lane failed for good). A
-    failed lane is started again as `pipeline run` does (jobs/query_restarts.py); failing more often, it stops
-    validate too: validate never runs on without the lane's rules."""
-    restarts = Restarts()
-    while True:
-        stopped = await_query(running.query, beside=lambda: None if running.lane is None else running.lane.query)
-        lane = running.lane
-        if stopped or lane is None or lane.query.isActive or not running.query.isActive:
-            return stopped, False
-        reason = failure_reason(lane.query.exception())
-        if not restarts.allow(JOB_LANE, time.monotonic()):
-            print(f"validate: the alert lane failed ({reason}) again; stopping", file=sys.stderr)
-            stop_between_batches(running.query)
-            return False, True
-        print(f"validate: the alert lane failed ({reason}); restarting it from its checkpoint "
-              f"({restarts.describe(JOB_LANE)})", file=sys.stderr)
-        time.sleep(restarts.wait_s(JOB_LANE))
-        running.restart_lane()
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from foundation.spark import build_spark_session
 
@@ -437,7 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = ", ".join(td.name for td in running.validator.tables)
     print(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}",
           file=sys.stderr)
-    stopped, lane_failed = _await_validation(running)
+    stopped, lane_failed = await_validation(running)
     running.finish()
     if stopped:
         print("validate: stopped; checkpoints are consistent, a restart resumes", file=sys.stderr)
