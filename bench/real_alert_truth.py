@@ -87,6 +87,13 @@ class ClusterHistory:
         snaps = self.between(start, end)
         return [b.at for a, b in itertools.pairwise(snaps) if broker in a.brokers and broker not in b.brokers]
 
+    def last_isr_leave(self) -> float:
+        """When a replica last left an ISR (0 if never)."""
+        with self._lock:
+            snaps = list(self.snapshots)
+        return max((b.at for a, b in itertools.pairwise(snaps) for k, v in b.partitions.items()
+                    if k in a.partitions and set(a.partitions[k].isr) - set(v.isr)), default=0.0)
+
     def whole(self) -> bool:
         """The latest snapshot: every partition led with its whole ISR, and every broker registered."""
         with self._lock:

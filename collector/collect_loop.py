@@ -13,7 +13,6 @@ import logging
 import re
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,7 +26,7 @@ from collector.client_security import PLAINTEXT_SECURITY, ClientSecurity
 from collector.cluster_view import ClusterReader, ClusterView, Partition, TopicConfig, TopicPartition
 from collector.json_file import write_json_atomic
 from collector.metrics_coverage import CoverageTracker, metrics_gaps, node_of_url
-from collector.metrics_scrape import MeterState, NodeScrape, scrape_nodes
+from collector.metrics_scrape import MeterState, MetricRow, NodeScrape
 from collector.observed_events import (
     Event,
     Remembered,
@@ -38,6 +37,7 @@ from collector.observed_events import (
     topic_events,
     view_events,
 )
+from collector.scrape_schedule import ScrapeSchedule, ScrapeTiming
 from foundation.bronze_sink import DeltaSink
 from foundation.object_store import is_object_store
 from schemas import bronze
@@ -71,7 +71,8 @@ class CollectSettings:
     lakehouse: str
     metrics_urls: dict[int | None, list[str]] = field(default_factory=dict)  # node id (None: learn it) -> URLs
     interval_s: float = 1.0
-    timeout_s: float = 0.5
+    timeout_s: float = 0.5           # each Admin request to a broker; the least a metrics scrape is given
+    scrape_timeout_s: float = 10.0   # the most one metrics scrape may take (collector/scrape_schedule.py)
     config_every: int = 30
     state_dir: str | None = None     # where `_collector/` goes; default the lakehouse, when it is a local one
     # Alert rule -> the broker_metrics keys its condition reads (conf/alerts.yaml, read by the CLI): the rules a
@@ -138,9 +139,14 @@ class Collector:
         self.sink = DeltaSink(settings.lakehouse, self.run_id, writer="collector")
         self.http = httpx.Client()
         self.meters = MeterState()
+        self.metric_rows: dict[int, tuple[NodeScrape, list[MetricRow]]] = {}   # node -> its latest scrape's rows
         self.metrics_urls: dict[int, str] = {n: u[0] for n, u in settings.metrics_urls.items() if n is not None}
         self.unassigned_urls: list[str] = list(settings.metrics_urls.get(None, []))
         self.unassigned_scrapes: dict[str, NodeScrape] = {}   # this interval's, of the URLs still unassigned
+        self.scrapes = ScrapeSchedule(self.http, ScrapeTiming(settings.interval_s, settings.timeout_s,
+                                                              settings.scrape_timeout_s))
+        self.scrapes.start([*self.metrics_urls.values(), *self.unassigned_urls])
+        self.scrapes.wait_first()
         self.coverage = CoverageTracker(settings.alert_rule_metrics)
         self.metrics_gaps: list[tuple[str, str]] = []   # (warning, brief): what no metrics URL watches
         self.canary = canary_factory(self.run_id, self.state_dir) if canary_factory else None
@@ -155,23 +161,21 @@ class Collector:
         self.written_configs: dict[str, TopicConfig] = {}
         self.last_interval_ms = 0.0
         self.stale_answers = 0    # partitions answered at an older leader epoch than recorded, held
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="isrwatch-collect-step")
 
     def close(self) -> None:
         if self.canary is not None:
             self.canary.stop()
+        self.scrapes.close()
         self.reader.close()
         self.http.close()
-        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # ---- one interval ------------------------------------------------------------------------------
 
     def step(self, *, final: bool = False) -> dict[str, Any]:
         t0 = time.perf_counter()
         now_ms = self.wall_ms()
-        scrapes_future = self._pool.submit(self._scrape)
         view = self.reader.read(now_ms)
-        scrapes = scrapes_future.result()
+        scrapes = self._scrapes()
         gathered_ms = (time.perf_counter() - t0) * 1000   # the network part: bounded by the request timeout
         tables, events = self._tables(view, scrapes, final)
         self.sink.write_batch(self.batch_id, tables)
@@ -189,18 +193,19 @@ class Collector:
         """A few words per metrics URL or node missing, for a progress line."""
         return [*self.coverage.briefs(), *(brief for _, brief in self.metrics_gaps)]
 
-    def _scrape(self) -> dict[int, NodeScrape]:
-        timeout = self.settings.timeout_s
+    def _scrapes(self) -> dict[int, NodeScrape]:
+        """Each node's latest scrape (collector/scrape_schedule.py); a URL not yet known as a node's is placed by
+        the node id its exposition proves."""
         if self.unassigned_urls:
-            learned = scrape_nodes(self.http, dict(enumerate(self.unassigned_urls)), timeout_s=timeout)
-            for i, scrape in learned.items():
+            for url in self.unassigned_urls:
+                scrape = self.scrapes.current(url)
                 exposition = scrape.exposition
-                node = node_of_url(scrape.url, exposition, self.reader.addresses) if exposition is not None else None
+                node = node_of_url(url, exposition, self.reader.addresses) if exposition is not None else None
                 if node is not None:
-                    self.metrics_urls[node] = self.unassigned_urls[i]
+                    self.metrics_urls[node] = url
             self.unassigned_urls = [u for u in self.unassigned_urls if u not in self.metrics_urls.values()]
-            self.unassigned_scrapes = {s.url: s for s in learned.values() if s.url in self.unassigned_urls}
-        return scrape_nodes(self.http, self.metrics_urls, timeout_s=timeout) if self.metrics_urls else {}
+            self.unassigned_scrapes = {u: self.scrapes.current(u) for u in self.unassigned_urls}
+        return {node: self.scrapes.current(url) for node, url in self.metrics_urls.items()}
 
     def _tables(self, view: ClusterView, scrapes: dict[int, NodeScrape],
                 final: bool) -> tuple[dict[TableDef, pa.Table], list[Event]]:
@@ -225,7 +230,7 @@ class Collector:
 
         metric_rows = []
         for node, scrape in sorted(scrapes.items()):
-            node_rows = self.meters.rows(node, scrape)
+            node_rows = self._metric_rows(node, scrape)
             if any(r.key == "ActiveControllerCount" for r in node_rows) or \
                     (scrape.exposition is not None and not scrape.exposition.is_broker):
                 self.controllers.add(node)
@@ -271,6 +276,17 @@ class Collector:
         # A table commits only when it has rows (each commit costs ~30 ms of CPU and a file readers list), except in
         # the first batch, which creates every table so that readers find them.
         return {td: t for td, t in out.items() if t.num_rows or b == 0}, events
+
+    def _metric_rows(self, node: int, scrape: NodeScrape) -> list[MetricRow]:
+        """The node's rows this interval: its latest answered scrape's, again in every interval until the next
+        one ends (a gauge's value is its latest, a meter's rate the one between its last two scrapes, as a
+        Prometheus query reads them); none while it is not reporting."""
+        if not scrape.reporting:
+            return []
+        cached = self.metric_rows.get(node)
+        if cached is None or cached[0] is not scrape:
+            cached = self.metric_rows[node] = (scrape, self.meters.rows(node, scrape))
+        return cached[1]
 
     @property
     def interval_ms(self) -> int:

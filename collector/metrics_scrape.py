@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -288,15 +287,6 @@ def scrape_node(client: httpx.Client, url: str, *, timeout_s: float, clock: Cloc
             reason = str(e)
     now = clock.monotonic_s()
     return NodeScrape(url, clock.wall_s(), now, now - started, exposition, reason)
-
-
-def scrape_nodes(client: httpx.Client, urls: Mapping[int, str], *, timeout_s: float,
-                 clock: Clock = SYSTEM_CLOCK) -> dict[int, NodeScrape]:
-    """Scrape every node at once (node id -> metrics URL): a paused node costs the interval one timeout."""
-    with ThreadPoolExecutor(max_workers=max(len(urls), 1), thread_name_prefix="metrics-scrape") as pool:
-        futures = {node: pool.submit(scrape_node, client, url, timeout_s=timeout_s, clock=clock)
-                   for node, url in urls.items()}
-        return {node: future.result() for node, future in futures.items()}
 
 
 @dataclass(frozen=True)

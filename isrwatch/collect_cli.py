@@ -51,6 +51,9 @@ def add_collect_parser(sub: Any) -> None:
     p.add_argument("--interval", type=_seconds, default=1.0, help="collection interval (e.g. 1s, 500ms)")
     p.add_argument("--timeout", type=_seconds, default=0.5,
                    help="per-broker request timeout: a broker slower than this is reported as not answering")
+    p.add_argument("--scrape-timeout", type=_seconds, default=10.0,
+                   help="the most one metrics scrape may take; each URL is scraped at its exporter's own pace, and a "
+                        "node is not reporting once a scrape runs past 3x its recent ones (at least --timeout)")
     p.add_argument("--duration", type=_seconds, default=None, help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--no-canary", action="store_true", help="do not produce and consume the canary topic")
     p.add_argument("--canary-topic", default="__isrwatch_canary", help="the canary's topic (created if absent)")
@@ -71,6 +74,7 @@ def main_collect(args: argparse.Namespace) -> int:
     from collector.client_security import PLAINTEXT_SECURITY
     from collector.cluster_view import CollectorError
     from collector.collect_loop import Collector, CollectSettings
+    from collector.scrape_schedule import ScrapeTiming
     from collector.security_errors import SecurityConfigError
     from foundation.bronze_sink import SinkSchemaError
 
@@ -97,9 +101,11 @@ def main_collect(args: argparse.Namespace) -> int:
         urls.setdefault(node, []).append(url)
     settings = CollectSettings(bootstrap_servers=args.bootstrap_servers.split(","), lakehouse=args.lakehouse,
                                metrics_urls=urls, interval_s=args.interval, timeout_s=args.timeout,
+                               scrape_timeout_s=args.scrape_timeout,
                                state_dir=args.state_dir, security=security, alert_rule_metrics=rule_metrics)
     try:
         state_root = settings.state_root
+        ScrapeTiming(settings.interval_s, settings.timeout_s, settings.scrape_timeout_s)
     except ValueError as e:
         print(f"isrwatch collect: {e}", file=sys.stderr)
         return 2

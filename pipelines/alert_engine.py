@@ -220,7 +220,7 @@ class AlertEngine:
         down after a controlled shutdown. A broker holding replicas that never reported is known from the first time
         it was seen (its silence counts from there); a cluster whose batch holds no metrics at all is looked at its
         latest time, so metrics that stop altogether are not silence. A controlled shutdown lasts until the broker
-        is back (unfenced) or reports again."""
+        is back (unfenced; its silence then counts from its return) or reports again."""
         rows = []
 
         def by_cluster(frame: pd.DataFrame | None) -> dict[str, pd.DataFrame]:
@@ -243,14 +243,11 @@ class AlertEngine:
                 (to_ms(ts), int(b), bool(stopped)) for ts, b, stopped in
                 zip(stops_of[cluster]["ts"], stops_of[cluster]["broker_id"], stops_of[cluster]["stopped"], strict=True))
             times = sorted({t for t, _ in reports}) or ([clocks[cluster]] if cluster in clocks else [])
+
             i = j = 0
             for t in times:
                 while j < len(changes) and changes[j][0] <= t:
-                    at, b, stopped = changes[j]
-                    if stopped:
-                        down[b] = at
-                    else:
-                        down.pop(b, None)
+                    apply_stop(down, seen, *changes[j])
                     j += 1
                 while i < len(reports) and reports[i][0] <= t:
                     at, b = reports[i]
@@ -261,11 +258,8 @@ class AlertEngine:
                 rows += [{"run_id": cluster, "ts": pd.Timestamp(t, unit="ms", tz="UTC"), "broker_id": b,
                           "seconds_since_report": max(t - last, 0) / 1000, "shut_down_cleanly": b in down}
                          for b, last in sorted(seen.items())]
-            for at, b, stopped in changes[j:]:   # after the batch's last evaluation: kept for the next
-                if stopped:
-                    down[b] = at
-                else:
-                    down.pop(b, None)
+            for change in changes[j:]:   # after the batch's last evaluation: kept for the next
+                apply_stop(down, seen, *change)
             for b, last in seen.items():
                 self.state.last_seen[f"{cluster}/{b}"] = last
             for key in [k for k in self.state.shut_down if k.split("/", 1)[0] == cluster]:
@@ -474,3 +468,13 @@ def _inhibitors_first(rules: tuple[Rule, ...]) -> list[Rule]:
     for r in rules:
         visit(r)
     return ordered
+
+
+def apply_stop(down: dict[int, int], seen: dict[int, int], at: int, broker: int, stopped: bool) -> None:
+    """A broker stopped with a controlled shutdown at `at` (`down`), or back (unfenced). Back from such a shutdown,
+    its silence counts from its return, as a new broker's does: its exporter may need a few seconds after the JVM
+    starts (Strimzi's rules: a first scrape of ~4 s), and a rolling restart pages nobody."""
+    if stopped:
+        down[broker] = at
+    elif down.pop(broker, None) is not None:
+        seen[broker] = max(seen.get(broker, 0), at)

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,6 @@ from tests.collector.real_cluster import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 NODES = (1, CONTROLLER_ID)
-# A standalone exporter reads every MBean over remote JMX: about a second per scrape on a busy machine.
-TIMEOUT_S = 5.0
 PRODUCE_ERRORS = ["ErrorsPerSec:NOT_LEADER_OR_FOLLOWER", "ErrorsPerSec:NOT_ENOUGH_REPLICAS",
                   "ErrorsPerSec:NOT_ENOUGH_REPLICAS_AFTER_APPEND", "ErrorsPerSec:REQUEST_TIMED_OUT"]
 
@@ -70,6 +70,14 @@ def urls_of(cluster: KafkaCluster, rules: str) -> dict[int | None, list[str]]:
     return {node: [url(node)] for node in NODES}
 
 
+def rescraped(collectors: Iterable[Collector]) -> None:
+    """Return once every metrics URL of every collector has ended a scrape it had not when called."""
+    before = [(c, c.scrapes.counts()) for c in collectors]
+    def all_again() -> bool:
+        return all(c.scrapes.counts()[url][0] > ended for c, counts in before for url, (ended, _) in counts.items())
+    wait_for(all_again, 60, "a new scrape of every metrics URL")
+
+
 def metric_values(lake: str, batch_id: int) -> dict[tuple[int, str], tuple[str, float]]:
     """(node, MBean) -> (kind, a gauge's value or a meter's count) of one batch of broker_metrics."""
     rows = read_rows(BROKER_METRICS, lake).to_pylist()
@@ -81,13 +89,15 @@ def test_strimzi_default_and_confluent_rules_give_the_projects_broker_metrics_ro
                                                                                     tmp_path: Path) -> None:
     rule_metrics = metrics_read_by_rules_file()
     collectors = {rules: Collector(CollectSettings(cluster.bootstrap_servers.split(","), str(tmp_path / rules),
-                                                   metrics_urls=urls_of(cluster, rules), interval_s=1.0,
-                                                   timeout_s=TIMEOUT_S, alert_rule_metrics=rule_metrics))
+                                                   metrics_urls=urls_of(cluster, rules),
+                                                   alert_rule_metrics=rule_metrics))
                   for rules in ("isrwatch", *RULES)}
     try:
         # The endpoints are read back to back, the project's rules before and after the others: a round in which
-        # those two agree (the topic idle, no meter moved) and every endpoint answered in time is compared.
+        # those two agree (the topic idle, no meter moved) and every endpoint answered in time is compared. Each
+        # round starts once every URL has been scraped again (each is scraped at its exporter's own pace).
         for _ in range(6):
+            rescraped(collectors.values())
             before = collectors["isrwatch"].step()["batch"]
             batches = {rules: collectors[rules].step()["batch"] for rules in RULES}
             after = collectors["isrwatch"].step()["batch"]
@@ -162,3 +172,58 @@ def test_collect_warns_of_a_partial_exporter_and_of_a_url_it_cannot_place(cluste
     assert len(rows) == 4 and {r["batch_id"] for r in rows} == {0}, "a row per URL at the start, none after"
     metrics: Any = read_rows(BROKER_METRICS, str(lake)).to_pandas()
     assert set(metrics["broker_id"]) == {1, 2, CONTROLLER_ID}
+
+
+@pytest.fixture
+def slow_exporter(cluster: KafkaCluster) -> Iterator[str]:
+    """Broker 1's exporter (the project's rules) behind a proxy that answers each scrape 1.5 s late: slower than
+    the collector's 0.5 s request timeout, as Strimzi's rules are on a busy broker."""
+    upstream = cluster.nodes[1].metrics_url
+    assert upstream is not None
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = httpx.get(upstream, timeout=30).content
+            threading.Event().wait(SLOW_S)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+SLOW_S = 1.5
+
+
+def test_an_exporter_slower_than_the_request_timeout_reports_every_interval(cluster: KafkaCluster, slow_exporter: str,
+                                                                           tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake, metrics_urls={1: [slow_exporter]},
+                                          interval_s=0.5, timeout_s=0.5))
+    try:
+        batches = collector.run(duration_s=9)
+        (scrapes, late), = collector.scrapes.counts().values()
+    finally:
+        collector.close()
+
+    rows = read_rows(BROKER_METRICS, lake).to_pandas()
+    written = rows.groupby("batch_id")["broker_id"].agg(set)
+    # Every interval wrote broker 1's metrics (its latest answer, again until the next one), though a scrape took
+    # three intervals and three request timeouts; no interval found it silent.
+    assert batches >= 8 and list(written.index) == list(range(batches)), written
+    assert set(map(frozenset, written)) == {frozenset({1})}
+    assert late == 0 and 2 <= scrapes <= batches / 2, (scrapes, batches)
+    coverage = read_rows(METRICS_COVERAGE, lake).to_pylist()
+    assert [(r["batch_id"], r["reporting"], r["metrics_found"]) for r in coverage] == [(0, True, 15)]

@@ -10,10 +10,8 @@ families (less the RequestMetrics timing families) without their HELP lines.
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -30,7 +28,6 @@ from collector.metrics_scrape import (
     parse_exposition,
     reported_node_id,
     scrape_node,
-    scrape_nodes,
 )
 from schemas.bronze import ExporterRules
 from schemas.kafka_metrics import BROKER_METERS, MBEANS
@@ -328,29 +325,6 @@ def closed_endpoint() -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-@pytest.fixture
-def exposition_server() -> Iterator[str]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = CONTROLLER.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/metrics"
-    server.shutdown()
-    server.server_close()
-    thread.join()
-
-
 def test_silent_endpoint_is_not_reporting_within_the_timeout(silent_endpoint: str) -> None:
     timeout_s = 0.5
     started = time.monotonic()
@@ -368,17 +342,3 @@ def test_refused_connection_is_not_reporting(closed_endpoint: str) -> None:
 
     assert not scrape.reporting
     assert scrape.reason.startswith("ConnectError")
-
-
-def test_scrape_nodes_waits_one_timeout_for_a_silent_node(silent_endpoint: str, exposition_server: str) -> None:
-    timeout_s = 0.5
-    started = time.monotonic()
-    with httpx.Client() as client:
-        scrapes = scrape_nodes(client, {3000: exposition_server, 1: silent_endpoint, 2: silent_endpoint},
-                               timeout_s=timeout_s)
-
-    assert time.monotonic() - started < timeout_s + 0.5
-    assert {node: scrape.reporting for node, scrape in scrapes.items()} == {3000: True, 1: False, 2: False}
-    controller = scrapes[3000].exposition
-    assert controller is not None
-    assert reported_node_id(controller) == 3000
