@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 from bench.collect_cluster import Probe
 
 POLL_S = 0.2
+# conf/alerts.yaml's flap_detection quiet: incidents of one alert closer than this are one flapping incident, whose
+# notifications are held back until it settles; apart by more, they are separate incidents.
+SEPARATE_AFTER_S = 30.0
 PartitionKey = tuple[str, int]
 
 
@@ -215,4 +218,20 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
     at_min = _intervals(snaps, end, lambda t, v: v.leader >= 0 and len(v.isr) == min_isr[t] < len(v.replicas))
     for (topic, p), spans in at_min.items():
         out += [Expected("AtMinIsr", part(topic, p), a + 10, b) for a, b in spans if b - a >= 11.5]
+    return merge_flapping(out)
+
+
+def merge_flapping(expected: list[Expected]) -> list[Expected]:
+    """Incidents of one rule and entity apart by less than SEPARATE_AFTER_S merged into one (a follower stalling every
+    20 s is one flapping WritesStalled, and IsrThrash, not eight pages)."""
+    out: list[Expected] = []
+    last: dict[tuple[str, tuple[tuple[str, str], ...]], int] = {}
+    for e in sorted(expected, key=lambda e: (e.rule, e.entity, e.shown)):
+        key = (e.rule, e.entity)
+        i = last.get(key)
+        if i is not None and e.shown - out[i].until < SEPARATE_AFTER_S:
+            out[i] = Expected(e.rule, e.entity, out[i].shown, max(out[i].until, e.until))
+        else:
+            last[key] = len(out)
+            out.append(e)
     return out

@@ -72,3 +72,11 @@ def test_a_follower_its_leader_drops_three_times_in_five_minutes_is_thrash_and_a
                                                                                     CANARY))
     # Each shrink lasted 1 s: shorter than a collection interval and a bit, so no UnderMinIsr or refusal expected.
     assert set(rules) == {"IsrThrash"}
+
+
+def test_incidents_of_one_entity_closer_than_the_flap_quiet_are_one_and_apart_are_separate() -> None:
+    stalls = [Fault("stall", (3,), start=at, end=at + 7.0) for at in (100.0, 120.0, 140.0, 200.0)]
+    rules = expected(history_of(snapshot(90.0, ALL, WHOLE)), stalls)
+    # The canary's writes wait 2 s into each stall: three stalls 13 s apart flap as one; the fourth, 53 s after the
+    # third ended, is an incident of its own.
+    assert [(e.shown, e.until) for e in rules["WritesStalled"]] == [(102.0, 147.0), (202.0, 207.0)]
