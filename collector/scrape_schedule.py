@@ -129,7 +129,14 @@ class ScrapeSchedule:
             started = self._clock.monotonic_s()
             with self._lock:
                 state.in_flight_since_s = started
-            scrape = scrape_node(self._client, url, timeout_s=self.timing.scrape_timeout_s, clock=self._clock)
+            try:
+                scrape = scrape_node(self._client, url, timeout_s=self.timing.scrape_timeout_s, clock=self._clock)
+            except Exception as e:   # the client closed under a scrape in flight at shutdown, or a bug: never silent
+                if self._closing.is_set():
+                    return
+                now = self._clock.monotonic_s()
+                scrape = NodeScrape(url, self._clock.wall_s(), now, now - started, None,
+                                    f"scrape failed: {type(e).__name__}: {e}")
             with self._lock:
                 state.latest, state.in_flight_since_s = scrape, None
                 state.scrapes += 1

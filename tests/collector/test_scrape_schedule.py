@@ -35,12 +35,15 @@ class ManualClock:
 class GatedExporter:
     """Answers each request with the next response the test hands it; counts the requests that arrived."""
 
-    responses: queue.Queue[httpx.Response] = field(default_factory=queue.Queue)
+    responses: queue.Queue[httpx.Response | Exception] = field(default_factory=queue.Queue)
     arrived: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         self.arrived.release()
-        return self.responses.get(timeout=WAIT_S)
+        response = self.responses.get(timeout=WAIT_S)
+        if isinstance(response, Exception):
+            raise response
+        return response
 
     def wait_request(self) -> None:
         assert self.arrived.acquire(timeout=WAIT_S), "the schedule sent no scrape"
@@ -138,3 +141,16 @@ def test_timing_bounds() -> None:
         ScrapeTiming(interval_s=1.0, timeout_s=0.5, scrape_timeout_s=0.2)
     with pytest.raises(ValueError, match="interval_s must be positive"):
         ScrapeTiming(interval_s=0, timeout_s=0.5, scrape_timeout_s=10)
+
+
+def test_a_scrape_that_raises_is_a_failed_scrape_and_the_url_is_scraped_on(
+        schedule: tuple[ScrapeSchedule, ManualClock], exporter: GatedExporter) -> None:
+    scheduled, _ = schedule
+    scheduled.start([URL])
+    exporter.wait_request()
+    exporter.responses.put(RuntimeError("a bug in a library"))
+    failed = wait_for_scrapes(scheduled, 1)
+    assert (failed.reporting, failed.reason) == (False, "scrape failed: RuntimeError: a bug in a library")
+    exporter.wait_request()
+    exporter.answer()
+    assert wait_for_scrapes(scheduled, 2).reporting
