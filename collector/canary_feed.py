@@ -25,6 +25,8 @@ from collector.observed_events import Event
 LOSS_CAUSES = {("election", "unclean"): "unclean_election", ("election", "elr"): "elr_election",
                ("truncation", "new_leader_log_shorter"): "truncation"}
 HISTORY_PER_PARTITION = 64
+# Any election: the collector may read a leader change too late to tell a clean election from an unclean one.
+RESCAN_EVENTS = frozenset({"election", "truncation"})
 
 
 class CanaryFeed:
@@ -37,10 +39,15 @@ class CanaryFeed:
         self.last: CanaryInterval | None = None
 
     def observe(self, events: list[Event]) -> None:
-        """Remember the collector's elections and truncations on the canary's partitions (seq assigned)."""
+        """Remember the collector's elections and truncations on the canary's partitions (seq assigned), and have the
+        canary read each partition whose leader changed again from its oldest remembered record."""
         for e in events:
-            if e.topic == self.topic and e.partition is not None and (e.event_type, e.cause) in LOSS_CAUSES:
+            if e.topic != self.topic or e.partition is None:
+                continue
+            if (e.event_type, e.cause) in LOSS_CAUSES:
                 self.history.setdefault(e.partition, deque(maxlen=HISTORY_PER_PARTITION)).append(e)
+            if e.event_type in RESCAN_EVENTS:
+                self.canary.rescan(e.partition)
 
     def cause_of(self, partition: int, acked_from_ms: int) -> tuple[str, int | None]:
         for e in self.history.get(partition, ()):

@@ -59,6 +59,15 @@ class ReadBack:
     _unassigned: set[int]
     _duplicates_seen: set[tuple[int, int, int]]
 
+    def rescan(self, partition: int) -> None:
+        """Read the partition again from its oldest remembered record: its leader changed, and the new leader's log
+        may be shorter. The reader finds a truncation by itself only while its position is past the new log's end
+        (OFFSET_OUT_OF_RANGE); a reader slower than the new leader's first writes (a loaded machine) finds its
+        position valid again and would never look back at the records it had read before."""
+        with self._lock:
+            if self._state is not None:
+                self._rescan(partition)
+
     def _rescan(self, partition: int) -> None:
         """(lock held) Read the partition again from its oldest remembered record: evidence of a truncation
         may concern any remembered record, read back or not."""

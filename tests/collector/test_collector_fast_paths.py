@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import asdict, fields
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 from kafka.protocol.metadata.metadata import MetadataResponse
 
+from collector.canary_feed import CanaryFeed
 from collector.cluster_view import (
     METADATA_VERSION,
     ClusterReader,
@@ -17,7 +19,7 @@ from collector.cluster_view import (
 )
 from collector.kafka_wire import PreEncoded
 from collector.metadata_key import metadata_key, metadata_key_checked
-from collector.observed_events import Remembered, broker_events, controlled_shutdown_silence_ms, partition_events
+from collector.observed_events import Event, Remembered, broker_events, controlled_shutdown_silence_ms, partition_events
 from tests.collector.metadata_answers import FakeConnection, metadata_body
 
 
@@ -199,3 +201,30 @@ def test_a_broker_that_leaves_the_metadata_while_still_answering_stopped_with_a_
     assert [(e.event_type, e.cause, e.broker_id) for e in got] == [
         ("broker_state", "controlled_shutdown", 2), ("fenced", "left_metadata", 2), ("fenced", "left_metadata", 3)]
     assert [controlled_shutdown_silence_ms(ms) for ms in (500, 1_000, 2_000, 10_000)] == [3_000, 3_000, 5_000, 6_000]
+
+
+class RescanRecorder:
+    """The part of collector.canary.Canary that CanaryFeed.observe uses."""
+
+    def __init__(self, topic: str) -> None:
+        self.config = SimpleNamespace(topic=topic)
+        self.rescanned: list[int] = []
+
+    def rescan(self, partition: int) -> None:
+        self.rescanned.append(partition)
+
+
+def test_the_canary_reads_a_partition_again_after_any_election_of_its_topic() -> None:
+    """A reader slower than the new leader's first writes finds its position valid again and never looks back: every
+    election the collector sees on a canary partition (clean ones too: seen late, an unclean election may look clean)
+    has the canary read it again from its oldest remembered record."""
+    canary = RescanRecorder("__isrwatch_canary")
+    feed = CanaryFeed(canary)  # type: ignore[arg-type]  # only config.topic and rescan are used
+    feed.observe([Event(1, "election", "clean", topic="__isrwatch_canary", partition=0),
+                  Event(1, "election", "unclean", topic="__isrwatch_canary", partition=2),
+                  Event(1, "truncation", "new_leader_log_shorter", topic="__isrwatch_canary", partition=1),
+                  Event(1, "isr_shrink", "lagging", topic="__isrwatch_canary", partition=0),
+                  Event(1, "election", "unclean", topic="orders", partition=0)])
+    assert canary.rescanned == [0, 2, 1]
+    assert {p: [e.cause for e in events] for p, events in feed.history.items()} == {
+        2: ["unclean"], 1: ["new_leader_log_shorter"]}
