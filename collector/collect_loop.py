@@ -196,16 +196,19 @@ class Collector:
     def _scrapes(self) -> dict[int, NodeScrape]:
         """Each node's latest scrape (collector/scrape_schedule.py); a URL not yet known as a node's is placed by
         the node id its exposition proves."""
+        placed: dict[int, NodeScrape] = {}
         if self.unassigned_urls:
-            for url in self.unassigned_urls:
-                scrape = self.scrapes.current(url)
+            unplaced = {u: self.scrapes.current(u) for u in self.unassigned_urls}
+            for url, scrape in unplaced.items():
                 exposition = scrape.exposition
                 node = node_of_url(url, exposition, self.reader.addresses) if exposition is not None else None
                 if node is not None:
                     self.metrics_urls[node] = url
+                    placed[node] = scrape
             self.unassigned_urls = [u for u in self.unassigned_urls if u not in self.metrics_urls.values()]
-            self.unassigned_scrapes = {u: self.scrapes.current(u) for u in self.unassigned_urls}
-        return {node: self.scrapes.current(url) for node, url in self.metrics_urls.items()}
+            self.unassigned_scrapes = {u: s for u, s in unplaced.items() if u in self.unassigned_urls}
+        # Each URL's current scrape is read once per interval: a late one is counted once.
+        return {node: placed.get(node) or self.scrapes.current(url) for node, url in self.metrics_urls.items()}
 
     def _tables(self, view: ClusterView, scrapes: dict[int, NodeScrape],
                 final: bool) -> tuple[dict[TableDef, pa.Table], list[Event]]:
