@@ -1,14 +1,13 @@
 """Alert latency side by side: isrwatch against Prometheus + Alertmanager, fed by the same bronze commits.
 
     make bench-alert-latency        # once: Debian's prometheus and prometheus-alertmanager, then this
-    .venv/bin/python bench/alert_latency.py [--runs 4] [--duration 3m] [--no-lane] [--validate-trigger '10 seconds']
+    .venv/bin/python bench/alert_latency.py [--runs 4] [--duration 3m] [--validate-trigger '10 seconds']
 
 ONE live run. The emulator writes `--runs` runs of the default scenario at live pace into one lakehouse, one
 after the other (a new cluster each, seeds 1, 2, …). Two systems watch the same bronze tables:
 - isrwatch: `isrwatch pipeline run --jobs validate,alerts` with the shipped settings and rules (UnderReplicated
-  without its `for`), delivering to a webhook receiver in this process, and with the alert lane on
-  (`alerts.lane: true`; `--no-lane`: off): the four rules here are the lane's, one streaming query over the bronze
-  commit logs from the commit to the POST (without the lane, validate's). `--validate-trigger` sets validate's
+  without its `for`), delivering to a webhook receiver in this process: the four rules here are the alert lane's,
+  one streaming query over the bronze commit logs from the commit to the POST. `--validate-trigger` sets validate's
   trigger interval for the run;
 - the peer: an exporter in this process tails the bronze Delta logs every 50 ms (each new commit's files read
   with pyarrow) and serves the newest partition states and broker gauges; Prometheus 2.42 scrapes it and
@@ -150,8 +149,7 @@ def _emulate(lake: str, *args: str) -> subprocess.Popen[bytes]:
 
 
 @contextmanager
-def isrwatch(work: Path, lake: str, receiver: str, lane: bool,
-             validate_trigger: str | None) -> Iterator[subprocess.Popen[bytes]]:
+def isrwatch(work: Path, lake: str, receiver: str, validate_trigger: str | None) -> Iterator[subprocess.Popen[bytes]]:
     """`isrwatch pipeline run --jobs validate,alerts`, live, with the shipped rules delivering to `receiver`
     (UnderReplicated without its `for`, as the peer's rules have none); stopped with Ctrl-C on exit."""
     rules = yaml.safe_load((ROOT / "conf" / "alerts.yaml").read_text())
@@ -161,7 +159,6 @@ def isrwatch(work: Path, lake: str, receiver: str, lane: bool,
     rules["receivers"] = [{"name": "bench", "url": receiver, "backoff_initial": "50ms"}]
     (work / "alerts.yaml").write_text(yaml.safe_dump(rules))
     config = yaml.safe_load((ROOT / "conf" / "pipeline.yaml").read_text())
-    config["alerts"]["lane"] = lane
     if validate_trigger is not None:
         config["validate"]["trigger_interval"] = validate_trigger
     (work / "pipeline.yaml").write_text(yaml.safe_dump(config))
@@ -280,9 +277,6 @@ def main() -> None:
     p.add_argument("--duration", default=None, help="each run's simulated (= wall) time, e.g. 90s (default: the "
                                                     "scenario's, 3m)")
     p.add_argument("--keep", action="store_true", help="keep the work folder (logs, lakehouse)")
-    p.add_argument("--lane", action=argparse.BooleanOptionalAction, default=True,
-                   help="isrwatch with the alert lane (alerts.lane), or without: every rule on silver tables in "
-                        "validate's micro-batch")
     p.add_argument("--validate-trigger", default=None, metavar="INTERVAL",
                    help="validate.trigger_interval for this run (default: the shipped one)")
     args = p.parse_args()
@@ -299,7 +293,7 @@ def main() -> None:
             raise SystemExit("the warm-up emulator run failed")
         tail.skip_existing()
         threading.Thread(target=tail.run, args=(stop,), daemon=True).start()
-        with isrwatch(work, lake, server.url("isrwatch"), args.lane, args.validate_trigger) as ours, \
+        with isrwatch(work, lake, server.url("isrwatch"), args.validate_trigger) as ours, \
                 peer(work, server.url("metrics"), server.url("peer")) as theirs:
             print(f"  ready in {time.monotonic() - began:.0f} s", flush=True)
             time.sleep(2)

@@ -228,8 +228,8 @@ def latency(seconds: int) -> None:
     settings = load_settings(overrides={
         "lakehouse": lake, "validate.tables": TABLES, "validate.trigger_interval": "0 seconds",
         "alerts.trigger_interval": "0 seconds", "alerts.rules": str(rules)})
-    # validate evaluates the rules on silver tables itself (alerts.silver_rules_in: validate): the alerts job, which
-    # holds the rules on gold tables, has nothing to add here
+    # The alert lane beside validate evaluates the rules on silver tables: the alerts job, which holds the rules on
+    # gold tables, has nothing to add here
     validation = start_validation(spark, settings, log=lambda _: None)
     while validation.validator.stats.batch_id < 0:
         if not validation.query.isActive:

@@ -11,24 +11,30 @@ jobs/lane_log.py), without handing them through Spark.
 
 Rows come in the shape of validate's union (jobs/validate_source.py): `_table`, `_version` and one struct column
 per table holding its row, null on the other tables' rows. Files a commit adds without changing data (compaction:
-`dataChange: false`) are skipped, as Spark's Delta source skips them. A local lakehouse only: the lane is not
-started on an object store (jobs/alert_lane.py).
+`dataChange: false`) are skipped, as Spark's Delta source skips them. The log and the files are read through
+pyarrow's file systems: the local disk, or an S3-compatible store (foundation/object_store.py: its endpoint passed as
+the source's `store` option, its credentials from the environment). Under `Trigger.AvailableNow` the source stops at
+the versions that existed when the query started.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
-import os
+import posixpath
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType
 
+from foundation.object_store import ObjectStore, lake_filesystem
 from schemas.bronze import BRONZE_BY_NAME
 from schemas.table import TableDef
 
@@ -52,41 +58,61 @@ def spark_arrow_schema(tables: list[TableDef]) -> pa.Schema:
     return to_arrow_schema(from_arrow_schema(union_schema(tables)), timezone="UTC")
 
 
-def log_versions(table_path: str) -> list[int]:
-    """The versions whose commit JSON is in the table's log, oldest first (none when the table does not exist)."""
-    try:
-        names = os.listdir(os.path.join(table_path, "_delta_log"))
-    except FileNotFoundError:
-        return []
-    return sorted(int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit())
+def log_versions(table_path: str, fs: pafs.FileSystem | None = None) -> list[int]:
+    """The versions whose commit JSON is in the table's log, oldest first (none when the table does not exist).
+    `table_path` is a path on `fs` (default: the local disk)."""
+    fs = fs or pafs.LocalFileSystem()
+    infos = fs.get_file_info(pafs.FileSelector(posixpath.join(table_path, "_delta_log"), allow_not_found=True))
+    return sorted(int(n[:-5]) for i in infos if (n := i.base_name).endswith(".json") and n[:-5].isdigit())
 
 
-def data_adds(table_path: str, version: int) -> list[dict[str, Any]]:
+def data_adds(table_path: str, version: int, fs: pafs.FileSystem | None = None) -> list[dict[str, Any]]:
     """The `add` actions of commit `version` that carry new data (not compaction's), in the commit's order."""
-    with open(os.path.join(table_path, "_delta_log", f"{version:020d}.json")) as commit:
-        return [a for line in commit if (a := json.loads(line).get("add")) and a.get("dataChange", True)]
+    fs = fs or pafs.LocalFileSystem()
+    with fs.open_input_stream(posixpath.join(table_path, "_delta_log", f"{version:020d}.json")) as commit:
+        lines = commit.read().decode().splitlines()
+    return [a for line in lines if line and (a := json.loads(line).get("add")) and a.get("dataChange", True)]
 
 
 def added_paths(table_path: str, adds: list[dict[str, Any]]) -> list[str]:
-    """The local paths of the files `adds` added (their `path` is relative to the table and URL-encoded)."""
-    return [os.path.join(table_path, unquote(a["path"])) for a in adds]
+    """The paths of the files `adds` added (their `path` is relative to the table and URL-encoded)."""
+    return [posixpath.join(table_path, unquote(a["path"])) for a in adds]
 
 
-def data_files(table_path: str, version: int) -> list[str]:
+def data_files(table_path: str, version: int, fs: pafs.FileSystem | None = None) -> list[str]:
     """The Parquet files commit `version` added with new data, in the commit's order."""
-    return added_paths(table_path, data_adds(table_path, version))
+    return added_paths(table_path, data_adds(table_path, version, fs))
 
 
-class BronzeLogReader(SimpleDataSourceStreamReader):
+class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
     """Offsets: {table: last version read, -1 before the first}. A read takes whole commits, oldest first, until
     `max_files` data files are in (at least one commit per table that has one). With `rows` false the reader only
-    plans: Spark gets the offsets and no row, and the query's batch reads its rows itself (`rows_between`)."""
+    plans: Spark gets the offsets and no row, and the query's batch reads its rows itself (`rows_between`).
+    `store`: where an object-store lakehouse answers (None: the environment's)."""
 
     def __init__(self, lakehouse: str, tables: list[TableDef], start: dict[str, int], max_files: int,
-                 rows: bool = True) -> None:
+                 rows: bool = True, store: ObjectStore | None = None) -> None:
         self.lakehouse, self.tables, self.start, self.max_files = lakehouse, tables, start, max_files
-        self.rows = rows
+        self.rows, self.store = rows, store
         self.schema = spark_arrow_schema(tables)
+        self.target: dict[str, int] | None = None  # the last versions to read under Trigger.AvailableNow
+        self._fs: tuple[pafs.FileSystem, str] | None = None
+
+    def _lake(self) -> tuple[pafs.FileSystem, str]:
+        """The lakehouse's file system and root on it, made on first use (the reader is pickled to Spark's worker)."""
+        if self._fs is None:
+            self._fs = lake_filesystem(self.lakehouse, self.store)
+        return self._fs
+
+    def _table_path(self, td: TableDef) -> str:
+        return td.path(self._lake()[1])
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_fs": None}
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        fs = self._lake()[0]
+        self.target = {td.name: (log_versions(self._table_path(td), fs) or [-1])[-1] for td in self.tables}
 
     def initialOffset(self) -> dict[str, int]:
         return {td.name: int(self.start.get(td.name, -1)) for td in self.tables}
@@ -106,12 +132,15 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
     def _plan(self, start: dict[str, int], end: dict[str, int] | None) -> list[tuple[TableDef, Commits]]:
         """Per table, the commits to read after `start` (up to `end`, or `max_files` files) with their data files."""
         planned = []
+        fs = self._lake()[0]
+        new_batch = end is None  # at most `max_files` files, and under AvailableNow no version past the target
+        upto = self.target if new_batch else end
         for td in self.tables:
-            path = td.path(self.lakehouse)
+            path = self._table_path(td)
             # A table added to the source after some batches were logged: those batches' offsets lack it, and it
             # starts where the reader was told to (`start` at construction).
             after = int(start.get(td.name, self.start.get(td.name, -1)))
-            newer = [v for v in log_versions(path) if v > after]
+            newer = [v for v in log_versions(path, fs) if v > after]
             if newer and newer[0] != after + 1 and after >= 0:
                 raise LogGapError(f"{td.qualified_name}: versions {after + 1}..{newer[0] - 1} are gone from its "
                                   f"_delta_log (log retention); the alert lane read up to {after}. Delete the "
@@ -119,18 +148,19 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
             commits: Commits = []
             files = 0
             for version in newer:
-                if end is not None and version > end.get(td.name, after):
+                if upto is not None and version > upto.get(td.name, after):
                     break
-                if end is None and files >= self.max_files:
+                if new_batch and files >= self.max_files:
                     break
-                commits.append((version, data_files(path, version)))
+                commits.append((version, data_files(path, version, fs)))
                 files += len(commits[-1][1])
             planned.append((td, commits))
         return planned
 
     def _read(self, planned: list[tuple[TableDef, Commits]]) -> list[pa.RecordBatch]:
+        fs = self._lake()[0]
         return [batch for td, commits in planned for version, files in commits for f in files
-                for batch in self._rows(td, pq.read_table(f), version)]
+                for batch in self._rows(td, pq.read_table(f, filesystem=fs), version)]
 
     def _rows(self, td: TableDef, rows: pa.Table, version: int) -> list[pa.RecordBatch]:
         if rows.num_rows == 0:
@@ -149,7 +179,8 @@ class BronzeLogReader(SimpleDataSourceStreamReader):
 class BronzeLogSource(DataSource):
     """Options: `lakehouse`, `tables` (comma-separated bronze table names), `start` (JSON {table: version}: the
     last version already read, -1 for none; used when the query has no checkpoint yet), `max_files`, `rows`
-    (`false`: offsets only, see BronzeLogReader)."""
+    (`false`: offsets only, see BronzeLogReader), `store` (JSON of an ObjectStore: the lakehouse's endpoint when it
+    is on one)."""
 
     @classmethod
     def name(cls) -> str:
@@ -171,5 +202,12 @@ class BronzeLogSource(DataSource):
 
     def simpleStreamReader(self, schema: StructType) -> BronzeLogReader:
         start: dict[str, Any] = json.loads(self.options.get("start", "{}"))
+        store = self.options.get("store")
         return BronzeLogReader(self.options["lakehouse"], self._tables(), {k: int(v) for k, v in start.items()},
-                               int(self.options.get("max_files", "1000")), self.options.get("rows", "true") == "true")
+                               int(self.options.get("max_files", "1000")), self.options.get("rows", "true") == "true",
+                               ObjectStore(**json.loads(store)) if store else None)
+
+
+def store_option(store: ObjectStore) -> str:
+    """An ObjectStore as the source's `store` option."""
+    return json.dumps(dataclasses.asdict(store))

@@ -57,7 +57,7 @@ _commit_locks_guard = threading.Lock()
 def committing(path: str) -> threading.Lock:
     """The lock this process's writers of the table at `path` commit under, one at a time.
 
-    Writers in one process (validate's silver stage and the alert lane share gold.alerts and the engine's state, each
+    Writers in one process (the alerts job and the alert lane share gold.alerts and the engine's state, each
     overwriting its own rows) commit in turn rather than race Delta's optimistic concurrency: a commit that loses
     re-reads the log and tries again, work the lock saves. Their predicates (`stage = '<name>'`) keep a race harmless
     too, across processes as well: Delta's conflict check tells their files apart by the files' statistics."""

@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+import pyarrow.fs as pafs
+
 SCHEMES = ("s3", "s3a")
 
 
@@ -58,6 +60,16 @@ class ObjectStore:
                         if environ.get(k)})
         return options
 
+    def pyarrow_filesystem(self, environ: Mapping[str, str] = os.environ) -> pafs.S3FileSystem:
+        """pyarrow's S3 file system on this store, with the environment's credentials."""
+        endpoint = urlsplit(self.endpoint) if self.endpoint else None
+        return pafs.S3FileSystem(
+            access_key=environ.get("AWS_ACCESS_KEY_ID") or None,
+            secret_key=environ.get("AWS_SECRET_ACCESS_KEY") or None,
+            session_token=environ.get("AWS_SESSION_TOKEN") or None, region=self.region,
+            endpoint_override=endpoint.netloc if endpoint else None, scheme=endpoint.scheme if endpoint else "https",
+            force_virtual_addressing=not self.path_style)
+
     def spark_confs(self) -> dict[str, str]:
         confs = {"spark.hadoop.fs.s3a.endpoint.region": self.region,
                  "spark.hadoop.fs.s3a.path.style.access": str(self.path_style).lower(),
@@ -93,6 +105,17 @@ def use(store: ObjectStore | None) -> None:
 
 def current() -> ObjectStore:
     return _store if _store is not None else ObjectStore.from_environment()
+
+
+def lake_filesystem(uri: str, store: ObjectStore | None = None) -> tuple[pafs.FileSystem, str]:
+    """pyarrow's file system for a lakehouse root (`store`, else this process's, for one on an object store) and the
+    root's path on it."""
+    parts = urlsplit(uri)
+    if parts.scheme in SCHEMES:
+        return (store or current()).pyarrow_filesystem(), f"{parts.netloc}{parts.path}".rstrip("/")
+    if parts.scheme == "file":
+        return pafs.LocalFileSystem(), parts.path.rstrip("/")
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
 
 
 def storage_options(uri: str) -> dict[str, str] | None:

@@ -84,15 +84,10 @@ class GoldJobSettings(BaseModel):
 class AlertsSettings(GoldJobSettings):
     rules: str | None = None            # default conf/alerts.yaml
     webhooks: bool = True
-    # Which job evaluates the rules on silver tables: validate, on the rows it has just checked (one streaming
-    # query from a bronze commit to the webhook), or the alerts job, from silver (a second query in series).
-    silver_rules_in: Literal["validate", "alerts"] = "validate"
     # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
     driver_max_rows: int = Field(default=500_000, ge=0)
-    # The alert lane (jobs/alert_lane.py): with a live validate on a local lakehouse, the rules on silver tables are
-    # evaluated by a query of their own over the bronze commit logs, micro-batches back to back
-    # (`lane_trigger_interval`), before validate has written silver.
-    lane: bool = True
+    # The alert lane (jobs/alert_lane.py) evaluates the rules on silver tables over the bronze commit logs: with a live
+    # validate, micro-batches back to back, an idle lane looking for new commits every `lane_trigger_interval`.
     lane_trigger_interval: str = "100 milliseconds"
 
     @field_validator("lane_trigger_interval")

@@ -223,7 +223,8 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:
         print(f"isrwatch pipeline: {e}", file=sys.stderr)
         return 2
-    print(f"isrwatch pipeline: {len(running)} queries ({', '.join(jobs)}), lakehouse {settings.lakehouse}",
+    print(f"isrwatch pipeline: {len(running)} queries ({', '.join(j.name for j in running)}), lakehouse "
+          f"{settings.lakehouse}",
           file=sys.stderr)
     started = time.monotonic()
     outcome = _watch(running, args, started)

@@ -1,8 +1,8 @@
-"""The alert lane: the rules on partition_state and broker_metrics, evaluated by a streaming query of their own.
+"""The alert lane: the one evaluator of the rules on silver tables, a streaming query of its own.
 
 validate's micro-batch reads seven bronze tables through Spark's Delta source, de-duplicates them in the state
 store and writes silver before the next batch can start: a live batch takes seconds, and a new bronze commit waits
-for the batch in flight. The lane reads only the tables those rules need (with runs and topic_configs, the context
+for the batch in flight. The lane reads only the tables the rules need (with runs and topic_configs, the context
 their checks need) straight from the bronze commit logs, micro-batches back to back. Its Spark source only plans
 (foundation/bronze_log.py: the commits a batch covers go to the query's offset log) and the batch reads its rows
 itself (jobs/lane_log.py):
@@ -11,15 +11,15 @@ itself (jobs/lane_log.py):
     engine on the valid rows -> the webhook lanes; behind it: gold.alert_events, gold.alerts, the engine's state
     (jobs/alert_recorder.py)
 
-It writes nothing to silver: validate still validates every table, keeps the other rules on silver tables and
-writes silver, quarantine and silver.dq_runs as before. The lane is its own alert stage (`lane`, event ids
-`l<batch>-<seq>`), exactly once as the others: its checkpoint holds which commits each batch read, its writes
-carry its app transaction, and a batch replayed after a crash reads the same commits, recomputes the same
-transitions with the same ids and skips what it committed (jobs/alert_stage.py).
+It writes nothing to silver: validate validates every table and writes silver, quarantine and silver.dq_runs. The
+lane is the `lane` evaluator (jobs/alert_stage.py), exactly once: its checkpoint holds which commits each batch
+read, its writes carry its app transaction, and a batch replayed after a crash reads the same commits, recomputes the
+same transitions with the same ids and skips what it committed.
 
-On when `alerts.lane` is set, the rules on silver tables are validate's (`alerts.silver_rules_in: validate`),
-validate runs live, and the lakehouse is local. A first start continues from where validate's query stands, so the
-rules moving from validate to the lane neither miss nor repeat what validate evaluated.
+It runs beside validate, on a local lakehouse or an object store, live (a batch as soon as a commit lands) or, when
+validate runs available-now, up to the commits that existed at its start. A first start continues from where
+validate's query stands (a lakehouse from an isrwatch whose validate evaluated these rules: they neither miss nor
+repeat what validate evaluated).
 """
 
 from __future__ import annotations
@@ -30,27 +30,40 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource
+from foundation import object_store
+from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource, store_option
 from foundation.delta_io import open_table
 from foundation.settings import PipelineSettings, interval_ms
 from jobs.alert_recorder import BackgroundRecorder
-from jobs.alert_stage import LANE, AlertStage, build_stage
+from jobs.alert_stage import LANE, SOURCE_COLUMNS, AlertStage, build_stage, settle_owners, used_tables
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
 from jobs.lane_log import LaneLog, replay_unrecorded
 from jobs.step_clock import StepClock
 from jobs.streaming import asked_to_die, die_here_if_asked, wait_started
-from jobs.validate_alerts import SilverAlerts, lane_on, rule_split
 from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version, offset_log_entry
-from pipelines.alert_config import LANE_TABLES
+from jobs.validate_routes import RoutedOnDriver
+from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer
 from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
 from schemas.table import TableDef
 
 JOB = "alert_lane"  # in kill points: ISRWATCH_KILL_AT=alert_lane:<batch>:after_delivery
+
+
+@dataclass(frozen=True)
+class HandedOver:
+    """A batch's transitions, handed to the webhook lanes and not yet recorded in the gold tables."""
+
+    batch_id: int
+    events: list[dict[str, Any]]
+    rows: int
+    began: float
 
 
 @dataclass
@@ -59,7 +72,7 @@ class LaneBatches:
     (jobs/alert_recorder.py)."""
 
     tables: list[TableDef]      # reference tables first: their rows feed the others' context
-    alerts: SilverAlerts
+    stage: AlertStage
     lakehouse: str
     lookback_us: int
     log: LaneLog
@@ -69,7 +82,8 @@ class LaneBatches:
 
     def __post_init__(self) -> None:
         self.context = new_driver_context(self.lakehouse, self.tables, self.lookback_us)
-        self.recorder = BackgroundRecorder(self.alerts.stage, before_write=self._before_write)
+        self.recorder = BackgroundRecorder(self.stage, before_write=self._before_write)
+        self.rule_tables = {t for layer, t in used_tables(self.stage.config) if layer == "silver"}
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         """`batch` has no row (the source only plans): the batch's rows are read from its offsets (jobs/lane_log.py)."""
@@ -95,8 +109,8 @@ class LaneBatches:
         it ends: a replay (jobs/lane_log.py) starts from the batch before's offsets."""
         routed = [r for r, _ in check_union_on_driver(collected, self.tables, batch_id, self.context)]
         clock.lap("check")
-        stage = self.alerts.stage
-        handed = self.alerts.on_driver(batch_id, routed)
+        stage = self.stage
+        handed = self.hand_over(batch_id, routed)
         clock.lap("alerts handed over")
         # Every batch but a recorded replay is recorded, one without rows for the rules (only reference rows) too: the
         # recorded batch keeps up with Spark's, and a restart never replays further back than the offset log keeps.
@@ -111,6 +125,20 @@ class LaneBatches:
                 stage.write(record)
                 clock.lap("alerts recorded")
         fold_checked(self.context, routed)
+
+    def hand_over(self, batch_id: int, routed: list[RoutedOnDriver]) -> HandedOver | None:
+        """A batch checked on the driver: its valid rows of the rules' tables (as they will be in silver) evaluated
+        and the transitions handed to the webhook lanes. None: a replay the evaluator has recorded already; a batch
+        with no valid row of the rules' tables is handed over empty (`rows` 0)."""
+        if self.stage.applied(batch_id):
+            return None  # a replay after a crash: the state loaded at start includes it
+        began = time.monotonic()
+        frames = [r.valid.select(["run_id", "ts", *SOURCE_COLUMNS[r.table]]).to_pandas().assign(_source=r.table)
+                  for r in routed if r.table in self.rule_tables and r.valid is not None and r.valid.num_rows]
+        if not frames:
+            return HandedOver(batch_id, [], 0, began)
+        rows = pd.concat(frames, ignore_index=True)
+        return HandedOver(batch_id, self.stage.hand_over(batch_id, self.stage.step_rows(rows)), len(rows), began)
 
     def _before_write(self, batch_id: int) -> None:
         """Fault injection (ISRWATCH_KILL_AT=alert_lane:<batch>:before_record): the process dies with the batch
@@ -130,7 +158,7 @@ class RunningLane:
 
     @property
     def stage(self) -> AlertStage:
-        return self.batches.alerts.stage
+        return self.batches.stage
 
     def finish(self) -> None:
         """After the query stopped: the queued records written, the webhook lanes emptied and stopped. A record that
@@ -184,24 +212,24 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
                      log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
                      on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningLane | None:
-    """The lane's query, started, or None when the lane is off (`lane_on`) or holds no rule."""
-    if not lane_on(settings):
-        return None
+    """The lane's query, started (live, or available-now as validate), or None when no rule reads a silver table."""
     a = settings.alerts
-    lane = rule_split(settings)[0]
-    if not lane.rules:
+    silver, gold = split_by_layer(load_alert_config(a.rules), a.rules or "conf/alerts.yaml")
+    if not silver.rules:
         return None
-    stage = build_stage(settings.lakehouse, LANE, lane, JOB,
+    settle_owners(settings.lakehouse, {r.name for r in gold.rules})
+    stage = build_stage(settings.lakehouse, LANE, silver, JOB,
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)
     tables = lane_tables()
     checkpoint = f"{settings.checkpoint_root.rstrip('/')}/alert_lane"
-    max_files = settings.validate_.max_files_per_trigger
-    log_ = LaneLog(HadoopFiles(spark), checkpoint, BronzeLogReader(settings.lakehouse, tables, {}, max_files))
+    v = settings.validate_
+    store = object_store.current() if object_store.is_object_store(settings.lakehouse) else None
+    log_ = LaneLog(HadoopFiles(spark), checkpoint,
+                   BronzeLogReader(settings.lakehouse, tables, {}, v.max_files_per_trigger, store=store))
     start = log_.first_position(lambda: validate_position(spark, validate_checkpoint, settings.lakehouse, tables))
-    lookback_us = interval_ms(settings.validate_.counter_lookback) * 1000
-    batches = LaneBatches(tables, SilverAlerts(spark, settings.lakehouse, stage), settings.lakehouse, lookback_us,
-                          log_, on_steps=on_steps)
+    lookback_us = interval_ms(v.counter_lookback) * 1000
+    batches = LaneBatches(tables, stage, settings.lakehouse, lookback_us, log_, on_steps=on_steps)
     known = log_.query_id()
     if known is not None:  # batches a crash left committed and not recorded: replayed before the query starts
         stage.bind(app_id(known))
@@ -213,11 +241,15 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
             raise
     spark.dataSource.register(BronzeLogSource)
     # The source only plans (rows=false): each batch reads its own rows from the offsets Spark logged for it.
-    source = (spark.readStream.format(NAME).option("lakehouse", settings.lakehouse)
+    reader = (spark.readStream.format(NAME).option("lakehouse", settings.lakehouse)
               .option("tables", ",".join(td.name for td in tables)).option("start", json.dumps(start))
-              .option("max_files", str(max_files)).option("rows", "false").load())
-    query = (source.writeStream.queryName(JOB).foreachBatch(batches).option("checkpointLocation", checkpoint)
-             .trigger(processingTime=a.lane_trigger_interval).start())
+              .option("max_files", str(v.max_files_per_trigger)).option("rows", "false"))
+    if store is not None:
+        reader = reader.option("store", store_option(store))
+    writer = reader.load().writeStream.queryName(JOB).foreachBatch(batches).option("checkpointLocation", checkpoint)
+    writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
+              else writer.trigger(processingTime=a.lane_trigger_interval))
+    query = writer.start()
     batches.query_id = str(query.id)
     stage.bind(app_id(str(query.id)))
     batches.started.set()

@@ -1,25 +1,21 @@
-"""One placement of the alert rule engine in a streaming job: evaluate a micro-batch, deliver, then record.
+"""One evaluator of the alert rules in a streaming job: evaluate a micro-batch, deliver, then record.
 
-The rules on silver tables are evaluated by validate, on the rows it has just checked (the `silver` stage); with
-`alerts.lane` those on partition_state and broker_metrics by the alert lane's query instead (the `lane` stage,
-jobs/alert_lane.py); the rules on gold tables (posture, slo_status) by the alerts job (the `gold` stage). With
-`alerts.silver_rules_in: alerts` the alerts job holds every rule in one `gold` stage, reading silver as before. The
-stages run the same engine (pipelines/alert_engine.py) and share the gold tables:
-- gold.alert_events: appended by each. The silver stage's event ids start with `s` (`s<batch>-<seq>`, its batch
-  being validate's), the lane's with `l`, the gold stage's with their batch's digits (`<batch>-<seq>`), so ids
-  never collide and each stage's dispatcher recovers only its own events (`owns`).
-- gold.alerts and gold.alerts_engine_state: each stage overwrites only its own rows (`stage = '<name>'`, `engine =
-  '<name>'`), so the rows of a rule removed from the file go with its stage's next batch. An equality predicate lets
-  Delta's conflict check tell the stages' files apart by their statistics (a `rule NOT IN (...)` could not, and lost
-  to the lane's commits every ~0.2 s). At its start a stage takes the rows of its rules (and, reading partition_state
-  or broker_metrics, the signals) from whichever stage held them; rows written before those columns existed are
-  given their stage once (`claim_state`, one call for a job's stages).
+There are two, one per layer the rules read (docs/architecture.md): the rules on silver tables are evaluated by the
+alert lane (jobs/alert_lane.py) on each bronze commit as it lands (`lane`), the rules on gold tables (posture,
+slo_status) by the alerts job (`gold`). Both run the same engine (pipelines/alert_engine.py) and share the gold
+tables:
+- gold.alert_events: appended by each. An event id is `<fingerprint>-<batch>-<seq>`: a rule is one evaluator's, so
+  ids never collide, and each evaluator's dispatcher recovers the events of its own rules.
+- gold.alerts and gold.alerts_engine_state: each evaluator overwrites only its own rows (`stage = '<name>'`,
+  `engine = '<name>'`), so the rows of a rule removed from the file go with its evaluator's next batch. An equality
+  predicate lets Delta's conflict check tell the two apart by file statistics. Rows written by an older isrwatch
+  (validate's own evaluator, `silver`, or none) are given to the evaluator of their rule's layer at start
+  (`settle_owners`), so their open alerts continue.
 
-Exactly once, as before: the three writes carry the app transaction (`app_id`, batch id), the state is written
-last, and a batch whose state is already committed is skipped (`applied`). Transitions go to the dispatcher
-before the writes: a crash in between replays the batch, which recomputes the same transitions with the same
-ids from the same committed state, so receivers get them again with the same delivery ids (at least once, as
-after any crash of the dispatcher).
+Exactly once: the three writes carry the app transaction (`app_id`, batch id), the state is written last, and a
+batch whose state is already committed is skipped (`applied`). Transitions go to the dispatcher before the writes: a
+crash in between replays the batch, which recomputes the same transitions with the same ids from the same committed
+state, so receivers get them again with the same delivery ids (at least once, as after any crash of the dispatcher).
 """
 
 from __future__ import annotations
@@ -69,10 +65,8 @@ SOURCE_TABLES: dict[tuple[str, str], TableDef] = {
     **{("silver", t): td for t, td in SILVER_TABLES.items()},
     ("gold", "posture_history"): POSTURE_HISTORY, ("gold", "slo_status"): SLO_STATUS,
 }
-SILVER, GOLD, LANE = "silver", "gold", "lane"
+GOLD, LANE = "gold", "lane"
 COMMIT_ATTEMPTS = 5
-EVENT_PREFIX = {SILVER: "s", LANE: "l", GOLD: ""}
-SIGNAL_TABLES = ("partition_state", "broker_metrics")  # the engine's signals (last HWs, last reports) come from them
 
 
 def used_tables(config: AlertConfig) -> list[tuple[str, str]]:
@@ -84,10 +78,9 @@ def _ts(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
-def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datetime,
-               prefix: str = "") -> list[dict[str, Any]]:
+def event_rows(transitions: list[Transition], batch_id: int, evaluated_at: datetime) -> list[dict[str, Any]]:
     return [{
-        "event_id": f"{prefix}{batch_id}-{i}", "eval_batch_id": batch_id, "seq": i, "status": t.status,
+        "event_id": f"{t.fingerprint}-{batch_id}-{i}", "eval_batch_id": batch_id, "seq": i, "status": t.status,
         "previous_status": t.previous, "ts": _ts(t.ts_ms), "rule": t.rule, "fingerprint": t.fingerprint,
         "cluster": t.cluster, "severity": t.severity, "scope": t.scope, "labels": sorted(t.labels.items()),
         "summary": t.annotations.get("summary", ""), "description": t.annotations.get("description", ""),
@@ -116,62 +109,37 @@ def alert_rows(engine: AlertEngine, batch_id: int, stage: str) -> list[dict[str,
     return rows
 
 
-@dataclass(frozen=True)
-class Claim:
-    """A stage about to start, and what it holds: its rules, and the signals when its rules read partition_state or
-    broker_metrics."""
+def evaluator_of(gold_rules: set[str]) -> Callable[[dict[str, Any]], str]:
+    """The evaluator a state row (`kind`, `key`) belongs to: an alert's or window's by its rule's layer (a rule on a
+    gold table: the alerts job's), everything else (the lane's signals: last HWs, last reports) the lane's."""
+    def owner(r: dict[str, Any]) -> str:
+        rule = r["key"].split("/", 1)[0] if r["kind"] in ("alert", "window", "window_evaluated") else None
+        return GOLD if rule in gold_rules else LANE
 
-    stage: str
-    rules: frozenset[str]
-    signals: bool
-
-
-def claim_of(stage: str, config: AlertConfig) -> Claim:
-    return Claim(stage, frozenset(r.name for r in config.rules),
-                 any(SOURCES[r.source].table in SIGNAL_TABLES for r in config.rules))
+    return owner
 
 
-def claim_state(lake: str, silver_rules: set[str], gold_rules: set[str], claims: list[Claim]) -> None:
-    """In one read and, when anything changes, one commit per table, for every stage of a job about to start:
-    - each gold.alerts_engine_state row written before its `engine` column, and each gold.alerts row written before
-      its `stage` column, gets its stage: an alert's or window's by its rule's layer, the brokers' last reports and
-      the partitions' last HWs (silver signals) to the silver stage, unless no rule is on silver;
-    - each claiming stage takes the rows of its rules and, with `signals`, the signals, from whichever stage held
-      them: a rule moved between validate and the alert lane keeps its alerts. A later claim wins a row two claim.
-    `silver_rules` and `gold_rules` are every rule of the configuration, whichever stage claims."""
-    owner = _owner(silver_rules, gold_rules, claims)
+def settle_owners(lake: str, gold_rules: set[str]) -> None:
+    """Every row of gold.alerts_engine_state and gold.alerts given to the evaluator of its rule's layer
+    (`evaluator_of`), in one read and, when anything changes, one commit per table: rows an older isrwatch wrote for
+    validate's own evaluator (`silver`), for the alerts job holding rules on silver tables, or before the `engine`
+    and `stage` columns existed. Called by both jobs at start; a settled lakehouse is only read."""
+    owner = evaluator_of(gold_rules)
     table = open_table(ALERTS_STATE, lake)
     if table is not None:
         rows = table.to_pyarrow_table().to_pylist()
-        claimed = [{**r, "engine": owner(r)} for r in rows]
-        if claimed != rows:
+        settled = [{**r, "engine": owner(r)} for r in rows]
+        if settled != rows:
             write_with_checksum(ALERTS_STATE.path(lake),
-                                pa.Table.from_pylist(claimed, schema=ALERTS_STATE.arrow_schema), mode="overwrite")
+                                pa.Table.from_pylist(settled, schema=ALERTS_STATE.arrow_schema), mode="overwrite")
     if open_table(ALERTS, lake) is None:
         return
     ensure_table(ALERTS, lake)  # a table from before `stage` gets the column (null)
     rows = read_rows(ALERTS, lake).to_pylist()
-    claimed = [{**r, "stage": owner({"kind": "alert", "key": f"{r['rule']}/{r['fingerprint']}", "engine": r["stage"]})}
-               for r in rows]
-    if claimed != rows:
-        write_with_checksum(ALERTS.path(lake), pa.Table.from_pylist(claimed, schema=ALERTS.arrow_schema),
+    settled = [{**r, "stage": owner({"kind": "alert", "key": f"{r['rule']}/{r['fingerprint']}"})} for r in rows]
+    if settled != rows:
+        write_with_checksum(ALERTS.path(lake), pa.Table.from_pylist(settled, schema=ALERTS.arrow_schema),
                             mode="overwrite")
-
-
-def _owner(silver_rules: set[str], gold_rules: set[str], claims: list[Claim]) -> Callable[[dict[str, Any]], str | None]:
-    """The stage a state row (`kind`, `key`, `engine`) belongs to once `claims` are made (see claim_state)."""
-    stray = SILVER if silver_rules or not gold_rules else GOLD
-
-    def owner(r: dict[str, Any]) -> str | None:
-        rule = r["key"].split("/", 1)[0] if r["kind"] in ("alert", "window", "window_evaluated") else None
-        for c in reversed(claims):
-            if rule in c.rules if rule is not None else c.signals:
-                return c.stage
-        if r["engine"] is not None:
-            return r["engine"]
-        return GOLD if rule in gold_rules else SILVER if rule in silver_rules else stray
-
-    return owner
 
 
 def load_state(lake: str, name: str) -> EngineState:
@@ -218,7 +186,7 @@ class AlertStage:
     """The engine, its dispatcher and its writes, for the job (`job`, naming kill points) holding `name`'s rules."""
 
     lakehouse: str
-    name: str                   # SILVER, LANE or GOLD: the stage's rows of gold.alerts and its state are `name`'s
+    name: str                   # LANE or GOLD: the evaluator's rows of gold.alerts and its state are `name`'s
     config: AlertConfig         # this stage's rules (and every receiver)
     engine: AlertEngine
     dispatcher: WebhookDispatcher | None
@@ -256,7 +224,7 @@ class AlertStage:
     def hand_over(self, batch_id: int, transitions: list[Transition]) -> list[dict[str, Any]]:
         """The transitions as events (their ids fixed by the batch), handed to the webhook lanes: nothing waits
         for a commit. `record` must follow before the batch ends."""
-        events = event_rows(transitions, batch_id, datetime.now(UTC), EVENT_PREFIX[self.name])
+        events = event_rows(transitions, batch_id, datetime.now(UTC))
         if self.dispatcher is not None:
             self.dispatcher.submit(events)
         if self.dispatcher is not None and asked_to_die(self.job, batch_id, "after_delivery"):
@@ -336,19 +304,16 @@ class AlertStage:
 def build_stage(lake: str, name: str, config: AlertConfig, job: str, *,
                 webhooks: bool, driver_max_rows: int, maintain_every_batches: int,
                 log: Callable[[str], None]) -> AlertStage:
-    """Its tables made, its state loaded, its dispatcher started (recovering its own events). The caller has claimed
-    the state (`claim_state`) for every stage it starts."""
+    """Its tables made, its state loaded, its dispatcher started (recovering the events of its rules). The caller has
+    settled the rows' owners (`settle_owners`)."""
     for td in (ALERT_EVENTS, ALERTS, ALERTS_STATE):
         ensure_table(td, lake)
     engine = AlertEngine(config, load_state(lake, name))
     dispatcher = None
     if webhooks and config.receivers:
-        prefix = EVENT_PREFIX[name]
-        # A gold event id starts with its batch's digits; the others with their stage's letter.
-        owns = ((lambda event_id: event_id.startswith(prefix)) if prefix
-                else (lambda event_id: event_id[:1].isdigit()))
+        rules = {r.name for r in config.rules}
         # On a local lakehouse the intents before each POST go to a journal beside it (~1 ms against a commit's
         # ~100 ms, on the way from the hand-over to the POST); on an object store, to gold.deliveries.
         journal = None if is_object_store(lake) else f"{lake.rstrip('/')}/_webhook_intents/{name}"
-        dispatcher = WebhookDispatcher(config, lake, log=log, owns=owns, journal=journal).start()
+        dispatcher = WebhookDispatcher(config, lake, log=log, owns=rules.__contains__, journal=journal).start()
     return AlertStage(lake, name, config, engine, dispatcher, job, driver_max_rows, maintain_every_batches)

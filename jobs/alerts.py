@@ -2,11 +2,10 @@
 
     spark-submit [--master …] --jars <delta jars> jobs/alerts.py [--lakehouse URI] [--rules conf/alerts.yaml]
 
-The rules on silver tables are evaluated by validate, on the rows it has just checked, so a bronze commit
-crosses one streaming query on its way to a webhook (jobs/alert_stage.py). This job evaluates the rules on gold
-tables (posture_history, slo_status), which their own jobs write; with `alerts.silver_rules_in: alerts` it
-evaluates every rule, reading silver too. One streaming query reads the tables its rules use (a union, so one
-micro-batch id orders everything), shapes each micro-batch into per-entity samples and runs the rule lifecycle
+The rules on silver tables are evaluated by the alert lane beside validate, on each bronze commit as it lands
+(jobs/alert_lane.py). This job evaluates the rules on gold tables (posture_history, slo_status), which their own jobs
+write. One streaming query reads the tables its rules use (a union, so one micro-batch id orders everything),
+shapes each micro-batch into per-entity samples and runs the rule lifecycle
 (pipelines/alert_engine.py): on the driver for a live batch, or, for a batch of more than
 `alerts.driver_max_rows` rows (a catch-up), on the executors, one group per cluster
 (pipelines/alert_per_cluster.py), with the same transitions. The engine's state is stored in
@@ -26,7 +25,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file by spark-submit: make the project importable
@@ -46,11 +45,9 @@ from jobs.alert_stage import (
     AlertStage,
     AlertStats,
     build_stage,
-    claim_of,
-    claim_state,
+    settle_owners,
     used_tables,
 )
-from jobs.delta_tables import wait_for_tables
 from jobs.streaming import (
     add_common_args,
     await_query,
@@ -109,32 +106,26 @@ class RunningAlerts:
 
 def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertConfig | None = None,
                  log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningAlerts:
-    """Load rules and engine state, start the webhook lanes, then the streaming query. With
-    `alerts.silver_rules_in: validate` (the default) only the rules on gold tables are this job's."""
+    """Load the rules on gold tables and their engine state, start the webhook lanes, then the streaming query."""
     a, lake = settings.alerts, settings.lakehouse
     config = config or load_alert_config(a.rules)
-    silver_part, gold_part = split_by_layer(config, a.rules or "conf/alerts.yaml")
-    mine, others = (gold_part, silver_part) if a.silver_rules_in == "validate" else (config, replace(config, rules=()))
+    mine = split_by_layer(config, a.rules or "conf/alerts.yaml")[1]
     if not mine.rules:
         raise AlertConfigError(f"{a.rules or 'conf/alerts.yaml'}: no rule reads a gold table (posture, slo_status), "
-                               "and validate evaluates the rules on silver tables: the alerts job has nothing to do")
+                               "and the alert lane evaluates the rules on silver tables: the alerts job has nothing "
+                               "to do")
     used = used_tables(mine)
     paths = {t: SOURCE_TABLES[(layer, t)].path(lake) for layer, t in used}
-    # validate creates the silver tables: wait for them as validate waits for bronze. The gold sources
-    # (posture, slo) are created empty if their jobs have not run yet: those rules then stay silent.
-    wait_for_tables({f"silver.{t}": paths[t] for layer, t in used if layer == "silver"},
-                    a.wait_for_tables_seconds, log)
-    for layer, t in used:
-        if layer == "gold":
-            ensure_table(SOURCE_TABLES[(layer, t)], lake)
-    claim_state(lake, {r.name for r in others.rules}, {r.name for r in mine.rules}, [claim_of(GOLD, mine)])
+    # The gold sources (posture, slo) are created empty if their jobs have not run yet: those rules then stay silent.
+    for _, t in used:
+        ensure_table(SOURCE_TABLES[("gold", t)], lake)
+    settle_owners(lake, {r.name for r in mine.rules})
     stage = build_stage(lake, GOLD, mine, "alerts",
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)
     # Gold tables call the cluster `cluster`; the engine keys everything by `run_id`.
-    union = union_stream(spark, {t: (paths[t], ["run_id" if layer == "silver" else F.col("cluster").alias("run_id"),
-                                                "ts", *SOURCE_COLUMNS[t]])
-                                 for layer, t in used}, a.max_files_per_trigger)
+    union = union_stream(spark, {t: (paths[t], [F.col("cluster").alias("run_id"), "ts", *SOURCE_COLUMNS[t]])
+                                 for _, t in used}, a.max_files_per_trigger)
     evaluator = AlertEvaluator(settings, stage)
     query = start_query(union, "alerts", evaluator, a, settings)
     return RunningAlerts(query, evaluator, stage.dispatcher)

@@ -7,6 +7,7 @@ import collections
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from jobs.alert_lane import JOB as JOB_LANE
@@ -68,16 +69,35 @@ class ValidationWithLane(Protocol):
     def restart_lane(self) -> RunningLane: ...
 
 
+def _query_of(lane: RunningLane | None) -> Callable[[], Any]:
+    return lambda: None if lane is None else lane.query
+
+
 def await_validation(running: ValidationWithLane) -> tuple[bool, bool]:
-    """Until validate's query ends or a signal stops it: (stopped by a signal, the alert lane failed for good). A
-    failed lane is started again as `pipeline run` does (jobs/query_restarts.py); failing more often, it stops
-    validate too: validate never runs on without the lane's rules."""
+    """Until validate's query and the alert lane's end, or a signal stops them: (stopped by a signal, the alert lane
+    failed for good). A failed lane is started again as `pipeline run` does; failing more often, it stops validate
+    too: validate never runs on without the lane's rules. Available-now, each query ends once it has read what was
+    there at its start; validate failing stops the lane."""
     restarts = Restarts()
+    lane_done = False
     while True:
-        stopped = await_query(running.query, beside=lambda: None if running.lane is None else running.lane.query)
-        lane = running.lane
-        if stopped or lane is None or lane.query.isActive or not running.query.isActive:
+        lane = None if lane_done else running.lane
+        stopped = await_query(running.query, beside=_query_of(lane))
+        if stopped or lane is None:
+            if lane is not None:
+                stop_between_batches(lane.query)
             return stopped, False
+        if not running.query.isActive:
+            if running.query.exception() is not None:
+                stop_between_batches(lane.query)
+                return False, False
+            stopped = await_query(lane.query)  # available-now: the lane finishes what it has planned
+            return stopped, lane.query.exception() is not None
+        if lane.query.isActive:
+            continue
+        if lane.query.exception() is None:  # available-now: done before validate
+            lane_done = True
+            continue
         reason = failure_reason(lane.query.exception())
         if not restarts.allow(JOB_LANE, time.monotonic()):
             print(f"validate: the alert lane failed ({reason}) again; stopping", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""Streaming validation: bronze Delta tables -> silver / quarantine / silver.dq_runs, exactly once; and the alerts
-of the rules on silver tables, evaluated on the rows just checked (jobs/validate_alerts.py).
+"""Streaming validation: bronze Delta tables -> silver / quarantine / silver.dq_runs, exactly once; beside it, the
+alert lane, which evaluates the rules on silver tables on each bronze commit as it lands (jobs/alert_lane.py).
 
     spark-submit [--master …] --jars <delta jars> jobs/validate.py [--lakehouse URI] [--trigger …]
 
@@ -55,7 +55,6 @@ from jobs.ge_process import GeProcess
 from jobs.query_restarts import await_validation
 from jobs.step_clock import StepClock
 from jobs.streaming import die_here_if_asked, wait_started
-from jobs.validate_alerts import SilverAlerts, claim_stages, silver_stage
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
@@ -116,7 +115,6 @@ class UnionValidator:
     behind: DqBehind | None = None  # GE and the dq record behind the batch (and a previous run's left there)
     ge_behind: bool = False         # live batches hand GE to `behind`
     ge_process: GeProcess | None = None  # where `behind` runs GE
-    alerts: SilverAlerts | None = None   # the rules on silver tables (alerts.silver_rules_in: validate)
 
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
@@ -148,24 +146,12 @@ class UnionValidator:
             if on_driver:
                 routed = self._check_on_driver(batch, batch_id, clock)
             else:
-                checks, at_us = self._split(batch, batch_id, clock)
+                checks = self._split(batch, batch_id, clock)
         finally:
             batch.unpersist()
-        alerts = self.alerts
         if on_driver:
-            # The alerts first: evaluated on the checked rows and handed to the webhook lanes before any commit.
-            handed = None
-            if alerts is not None:
-                handed = alerts.on_driver(batch_id, [r for r, _ in routed])
-                clock.lap("alerts handed over")
             self._write(routed, batch_id)
             clock.lap("silver and quarantine")
-            if alerts is not None and handed is not None and handed.rows:  # a batch without rule rows: no record
-                alerts.record(handed)
-                clock.lap("alerts recorded")
-        elif alerts is not None:  # on the rows just written to silver, before GE's report
-            alerts.in_silver(batch_id, at_us)
-            clock.lap("alerts")
         if on_driver and self.behind is not None and self.ge_behind:  # a live batch ends here: GE follows
             self._after([r for r, _ in routed], batch_id, _ms_since(clock.started))
             self.behind.submit(batch_id, routed, _ms_since(clock.started))
@@ -225,7 +211,7 @@ class UnionValidator:
                           at_us, batch_id, duration_ms)
                          for batch_id, routed, duration_ms in group for r, at_us in routed], last)
 
-    def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> tuple[list[tuple[TableCheck, int]], int]:
+    def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[TableCheck, int]]:
         """A batch too large for the driver: its small tables that fit within `ge_pandas_max_rows` together are
         collected and routed on the driver (on Spark each costs seconds of jobs, whatever its size); every other
         table is routed by Spark, GE's Spark engine validating (all of them with `ge_engine: spark`)."""
@@ -247,7 +233,7 @@ class UnionValidator:
             rows = batch.where(F.col("_table") == td.name).select(f"{table_column(td.name)}.*", "ingested_at")
             check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name), clock)
             checks.append((check, present[td.name][1]))
-        return checks, max(at_us for _, at_us in present.values())  # the batch's ingested_at
+        return checks
 
     def _commit_dq(self, checks: list[tuple[TableCheck, int, int, int]], marker_batch: int) -> None:
         """One silver.dq_runs commit: a record per (table check, newest ingested_at µs, batch id, duration ms), marked
@@ -298,7 +284,7 @@ def _ms_since(began: float) -> int:
 class RunningValidation:
     query: StreamingQuery
     validator: UnionValidator
-    lane: RunningLane | None = None  # the alert lane's query, when on (jobs/alert_lane.py)
+    lane: RunningLane | None = None  # the alert lane's query (jobs/alert_lane.py); None when no rule is on silver
     start_lane: Callable[[], RunningLane | None] | None = None
 
     def restart_lane(self) -> RunningLane:
@@ -325,8 +311,6 @@ class RunningValidation:
                   file=sys.stderr)
         if self.validator.ge_process is not None:
             self.validator.ge_process.close()
-        if self.validator.alerts is not None:
-            self.validator.alerts.stage.stop()
         if self.lane is not None:
             self.lane.finish()
 
@@ -336,8 +320,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                      on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      lane_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningValidation:
-    """Check schemas, then start the streaming query over every configured bronze table, and the alert lane's when
-    it is on."""
+    """Check schemas, then start the streaming query over every configured bronze table, and the alert lane's."""
     v = settings.validate_
     # Reference tables first (a stable sort keeps the configured order otherwise).
     configured = [BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)]
@@ -357,10 +340,6 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                                                    [td.name for td in tables], log)
     validator = UnionValidator(spark, settings, tables, log=log, on_steps=on_steps)
     validator.behind = DqBehind(Spool(f"{checkpoint}/dq_pending"), validator.check_and_commit)
-    claim_stages(settings)
-    stage = silver_stage(settings, log)
-    if stage is not None:
-        validator.alerts = SilverAlerts(spark, settings.lakehouse, stage)
     validator.ge_behind = v.ge_behind and v.trigger == "live"
     # Before validate's query commits anything: the lane's first start continues from where validate stands.
     lane = start_alert_lane(spark, settings, checkpoint, log, lane_steps)
@@ -370,8 +349,6 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
               else writer.trigger(processingTime=v.trigger_interval))
     query = writer.start()
     validator.query_id = str(query.id)
-    if validator.alerts is not None:  # its own app id: validate's batch ids, the alert tables' transactions
-        validator.alerts.stage.bind(f"isrwatch-validate-alerts/{query.id}")
     # Before the first batch (which waits for `started`): a previous run's batches left waiting for GE.
     try:
         validator.behind.start(BRONZE_BY_NAME)

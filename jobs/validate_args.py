@@ -23,8 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --ge-engine auto: most rows of a micro-batch checked on the driver")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
-    p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml): validate "
-                                                 "evaluates those on silver tables (alerts.silver_rules_in)")
+    p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml): the alert "
+                                                 "lane beside validate evaluates those on silver tables")
     p.add_argument("--no-webhooks", action="store_true", help="evaluate and record alerts, deliver nothing")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
                    help="Spark setting for a session this job builds (repeatable)")

@@ -218,9 +218,9 @@ class Lane(threading.Thread):
 class WebhookDispatcher:
     def __init__(self, config: AlertConfig, lakehouse: str, *, flush_every_s: float = 0.5,
                  rng: random.Random | None = None, log: Callable[[str], None] = lambda _: None,
-                 owns: Callable[[str], bool] = lambda _event_id: True, journal: str | None = None) -> None:
+                 owns: Callable[[str], bool] = lambda _rule: True, journal: str | None = None) -> None:
         self.config, self.lakehouse, self.flush_every_s = config, lakehouse, flush_every_s
-        # Which gold.alert_events rows are this dispatcher's to recover (validate's and the alerts job's engines
+        # Which rules' gold.alert_events rows are this dispatcher's to recover (the alert lane and the alerts job
         # each have one: jobs/alert_stage.py).
         self.owns = owns
         self.rng = rng or random.Random()
@@ -284,7 +284,7 @@ class WebhookDispatcher:
         """Fold the journal a crash left, end every intent left without an outcome (`unknown`), then queue every
         routed transition that has no final outcome yet, in alert_events order, at its next attempt number."""
         columns = ["delivery_id", "event_id", "receiver", "rule", "fingerprint", "alert_status", "attempt", "outcome"]
-        done = [d for d in read_rows(DELIVERIES, self.lakehouse, columns).to_pylist() if self.owns(d["event_id"])]
+        done = [d for d in read_rows(DELIVERIES, self.lakehouse, columns).to_pylist() if self.owns(d["rule"])]
         segments = self.journal.seal() if self.journal is not None else []
         # A crash between a fold's commit and its segments' removal leaves rows the table holds already.
         on_record = {(d["delivery_id"], d["attempt"], d["outcome"]) for d in done}
@@ -312,7 +312,7 @@ class WebhookDispatcher:
         for d in done:   # intents count: an attempt that may have been sent is never numbered again
             key = (d["event_id"], d["receiver"])
             attempts[key] = max(attempts.get(key, 0), d["attempt"])
-        rows = sorted((e for e in events.to_pylist() if self.owns(e["event_id"])),
+        rows = sorted((e for e in events.to_pylist() if self.owns(e["rule"])),
                       key=lambda e: (e["eval_batch_id"], e["seq"]))
         queued = 0
         for r in self.config.receivers:

@@ -49,6 +49,7 @@ HEAVIEST_FIRST = (
     "tests/test_object_store.py",
     "tests/collector/test_collect_real_kafka.py",
     "tests/test_pipeline_cli.py",
+    "tests/alerts/test_alert_lane_killed.py",
     "tests/alerts/test_isr_thrash_end_to_end.py",
     "tests/emulator/test_determinism_and_sweep.py",
     "tests/collector/test_canary.py",

@@ -167,11 +167,10 @@ def test_a_write_that_fails_leaves_no_table_kept_and_the_next_opens_it_afresh(
 
 
 def test_overwrites_of_two_stages_rows_by_an_equality_predicate_commit_from_the_same_version(tmp_path: Path) -> None:
-    """Why gold.alerts has a `stage` column: two writers (validate's silver stage and the alert lane; in two processes
-    there is no lock between them) overwrite their own rows from the same table version. With `stage = '<name>'` both
-    commit: Delta's conflict check rules the other's new files out by their statistics. With the old
-    `rule NOT IN (<the lane's rules>)` it cannot (a file of the lane's holds rules on both sides of the silver stage's),
-    and the second commit fails."""
+    """Why gold.alerts has a `stage` column: two writers (the alerts job and the alert lane; in two processes there is
+    no lock between them) overwrite their own rows from the same table version. With `stage = '<name>'` both commit:
+    Delta's conflict check rules the other's new files out by their statistics. With a `rule NOT IN (<the lane's
+    rules>)` it cannot (a file of the lane's holds rules on both sides of the other's), and the second commit fails."""
     from deltalake import write_deltalake
     from deltalake.exceptions import CommitFailedError
 
@@ -202,9 +201,9 @@ def _delivery(delivery_id: str) -> dict[str, Any]:
 
 
 def test_writers_in_one_process_overwriting_their_own_rows_of_a_table_never_conflict(tmp_path: Path) -> None:
-    """Two app ids overwriting disjoint rows of one table from two threads, as validate's silver alert stage and the
-    alert lane do gold.alerts. By their files' min/max statistics each could hold rows of the other's predicate, so
-    concurrent commits would conflict; they commit one at a time and every write lands."""
+    """Two app ids overwriting disjoint rows of one table from two threads, as the alerts job and the alert lane do
+    gold.alerts in one `pipeline run`. By their files' min/max statistics each could hold rows of the other's
+    predicate, so concurrent commits would conflict; they commit one at a time and every write lands."""
     lake = str(tmp_path / "lakehouse")
     delta_io.ensure_table(DELIVERIES, lake)
     own = {"silver": (["A", "C"], "rule NOT IN ('B1', 'B3')"), "lane": (["B1", "B3"], "rule IN ('B1', 'B3')")}

@@ -292,7 +292,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
     said: list[str] = []
     small = sum(len(read_rows(td, local)) for td in BRONZE_TABLES if td.name in DRIVER_TABLES)
     validate(spark, local, tuple(td.name for td in BRONZE_TABLES), log=said.append,
-             **{"validate.ge_pandas_max_rows": small, "alerts.silver_rules_in": "validate", "alerts.webhooks": False})
+             **{"validate.ge_pandas_max_rows": small, "alerts.rules": None, "alerts.webhooks": False})
     settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
         f"{job}.{key}": value for job in ("posture", "slo", "alerts")
         for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
@@ -323,7 +323,9 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     assert set(cluster_runs.ran) == {f"isrwatch-{job}" for job in JOB_OPTIONS}
     for app, counts in cluster_runs.ran.items():
         assert counts and "driver" not in counts and sum(counts.values()) > 0, (app, counts)
-    assert (cluster_runs.store.folder / "data" / "lake" / "cluster" / "_checkpoints" / "validate").is_dir()
+    checkpoints = cluster_runs.store.folder / "data" / "lake" / "cluster" / "_checkpoints"
+    assert (checkpoints / "validate").is_dir()
+    assert (checkpoints / "alert_lane" / "commits" / "0").is_file(), "the alert lane ran on the store beside validate"
     assert {d["ge_engine"] for d in read_rows(DQ_RUNS, lake).to_pylist()} == {"pandas"}
     engines = sorted((d["table_name"], d["ge_engine"]) for d in read_rows(DQ_RUNS, local).to_pylist())
     on_driver = DRIVER_TABLES
@@ -333,7 +335,6 @@ def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local
     steps = parse_steps("\n".join(said))
     in_spark = [t for t, engine in engines if engine == "spark"]
     assert set(steps) == {SOURCE_STEP, "tables present", "topic_configs and runs and metrics_coverage on the driver",
-                          "alerts",
                           "dq record", *(f"{t} {step}" for t in in_spark for step in ROUTE_STEPS)}, said
     assert all(seconds >= 0 for seconds in steps.values()) and steps[SOURCE_STEP] > 0
     compared = [*SILVER_TABLES.values(), *QUARANTINE_TABLES.values(), POSTURE, POSTURE_HISTORY, SLO_TIMESLICES,

@@ -46,7 +46,7 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
         receiver.stop()
     err = capsys.readouterr().err
     assert code == 0, err
-    assert "isrwatch pipeline: 4 queries (validate, posture, slo, alerts)" in err and "done after" in err
+    assert "isrwatch pipeline: 5 queries (validate, alert_lane, posture, slo, alerts)" in err and "done after" in err
     n_state = DeltaTable(SILVER_TABLES["partition_state"].path(lake)).to_pyarrow_table().num_rows
     assert n_state > 0
     assert DeltaTable(POSTURE.path(lake)).to_pandas()["topic"].tolist() == ["t"]

@@ -1,6 +1,6 @@
 """The lakehouse the API, fuzz and browser tests share, built by the real thing: the session's silver lake
 (tests/lakes.py: the emulator's healthy, lose-two and unclean-election clusters through validate, posture and
-SLO jobs), copied, with the alerts job run over it (available-now, no webhooks)."""
+SLO jobs), copied, with the alert lane and the alerts job run over it (available-now, no webhooks)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,19 @@ from fastapi.testclient import TestClient
 from api.app import create_app
 from foundation.settings import PipelineSettings, load_settings
 from jobs.alerts import start_alerts
+from tests.alerts.lane_runs import lane_to_the_end
 
 TOKEN = "test-token-0123456789"
 
 
 @pytest.fixture(scope="package")
 def api_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any, silver_lake: str) -> str:
-    lake = str(shutil.copytree(silver_lake, tmp_path_factory.mktemp("api") / "lakehouse"))
+    # Without validate's checkpoint: the lane's first start would continue from where validate stands (the end).
+    lake = str(shutil.copytree(silver_lake, tmp_path_factory.mktemp("api") / "lakehouse",
+                               ignore=shutil.ignore_patterns("_checkpoints")))
     settings = load_settings(overrides={"lakehouse": lake, "alerts.trigger": "available-now",
-                                        "alerts.webhooks": False, "alerts.wait_for_tables_seconds": 0,
-                                        "alerts.silver_rules_in": "alerts"})
+                                        "alerts.webhooks": False, "validate.trigger": "available-now"})
+    lane_to_the_end(spark, settings)
     running = start_alerts(spark, settings, log=lambda _: None)
     running.query.awaitTermination()
     assert running.query.exception() is None, running.query.exception()

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import yaml
 from deltalake import DeltaTable, write_deltalake
 
 from broker_emulator.scenario import parse_scenario
@@ -22,6 +26,19 @@ SCENARIO: dict[str, Any] = {
     # The broker restarts: its meters start again from zero with a new process_start_ts (not an error).
     "faults": [{"at": "5s", "kind": "crash", "broker": 2, "duration": "6s"}],
 }
+
+
+@functools.cache
+def gold_rules_only() -> str:
+    """The shipped rules on gold tables alone, no receiver: validate's runs here then start no alert lane (the rules on
+    silver tables are the lane's, tested in tests/alerts/test_alert_lane.py and test_alerts_job.py)."""
+    root = Path(__file__).resolve().parents[2]
+    raw = yaml.safe_load((root / "conf/alerts.yaml").read_text())
+    raw["rules"] = [r for r in raw["rules"] if r["source"] in ("posture", "slo_status")]
+    raw["receivers"] = []
+    path = Path(tempfile.mkdtemp(prefix="isrwatch-gold-rules-")) / "alerts.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
 
 
 def emulate(lakehouse: str, **overrides: Any) -> dict[str, Any]:

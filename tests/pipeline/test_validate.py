@@ -21,7 +21,7 @@ from jobs.delta_tables import SchemaDriftError
 from jobs.validate import start_validation
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, CLUSTER_EVENTS, PARTITION_STATE, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
-from tests.pipeline.helpers import append, emulate, key_of, rows
+from tests.pipeline.helpers import append, emulate, gold_rules_only, key_of, rows
 
 pytestmark = pytest.mark.spark
 
@@ -30,12 +30,12 @@ TABLES = ("broker_metrics", "partition_state", "cluster_events", "runs", "topic_
 
 def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES, log: Callable[[str], None] = lambda _: None,
              **overrides: Any) -> None:
-    # The rules on silver tables stay the alerts job's here (alerts.silver_rules_in: alerts), so the lakes this builds
-    # serve the alerts job's tests; validate's own evaluation of them is tested with `**{"alerts.silver_rules_in":
-    # "validate"}` (tests/alerts/test_one_hop.py, tests/test_object_store.py, tests/test_pipeline_cli.py).
+    # Validate alone (no rule on a silver table: no alert lane), so the lakes this builds serve the evaluators' tests,
+    # which run the lane themselves (tests/alerts/test_alerts_job.py); the lane beside validate is tested in
+    # tests/alerts/test_alert_lane.py, tests/test_object_store.py and tests/test_pipeline_cli.py.
     settings = load_settings(overrides={"lakehouse": lakehouse, "validate.tables": list(tables),
                                         "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0,
-                                        "alerts.silver_rules_in": "alerts", **overrides})
+                                        "alerts.rules": gold_rules_only(), **overrides})
     running = start_validation(spark, settings, log=log)
     for q in running.queries.values():
         q.awaitTermination()
