@@ -184,6 +184,13 @@ class PipelineSettings(BaseModel):
         return self.checkpoints or f"{self.lakehouse.rstrip('/')}/_checkpoints"
 
 
+# Settings an older isrwatch had, and why they went: a file still naming one is told so, not just "extra input".
+REMOVED = {
+    "alerts.lane": "the alert lane always evaluates the rules on silver tables (docs/alerts.md)",
+    "alerts.silver_rules_in": "the alert lane always evaluates the rules on silver tables (docs/alerts.md)",
+}
+
+
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PipelineSettings:
     """Settings from YAML (default conf/pipeline.yaml) with dotted-key overrides, e.g. {'validate.trigger': …}."""
     source = Path(path) if path is not None else DEFAULT_CONFIG
@@ -207,6 +214,8 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
     except ValidationError as e:
         err = e.errors()[0]
         key = ".".join(str(p) for p in err["loc"])
+        if key in REMOVED:
+            raise SettingsError(f"{source}: {key}: no longer a setting (delete it): {REMOVED[key]}") from None
         raise SettingsError(f"{source}: {key}: {err.get('input')!r}: {err['msg']}") from None
     # Local roots become absolute: Delta reads a bare relative location as a table name.
     settings.lakehouse = _absolute(settings.lakehouse)

@@ -208,11 +208,12 @@ def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tabl
     return position
 
 
-def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_checkpoint: str,
+def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_checkpoint: str | None,
                      log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
                      on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningLane | None:
-    """The lane's query, started (live, or available-now as validate), or None when no rule reads a silver table."""
+    """The lane's query, started (live, or available-now as validate), or None when no rule reads a silver table. Its
+    first start continues from `validate_checkpoint`'s committed offsets (None: from the first bronze commit)."""
     a = settings.alerts
     silver, gold = split_by_layer(load_alert_config(a.rules), a.rules or "conf/alerts.yaml")
     if not silver.rules:
@@ -227,7 +228,8 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
     store = object_store.current() if object_store.is_object_store(settings.lakehouse) else None
     log_ = LaneLog(HadoopFiles(spark), checkpoint,
                    BronzeLogReader(settings.lakehouse, tables, {}, v.max_files_per_trigger, store=store))
-    start = log_.first_position(lambda: validate_position(spark, validate_checkpoint, settings.lakehouse, tables))
+    start = log_.first_position(lambda: {} if validate_checkpoint is None
+                                else validate_position(spark, validate_checkpoint, settings.lakehouse, tables))
     lookback_us = interval_ms(v.counter_lookback) * 1000
     batches = LaneBatches(tables, stage, settings.lakehouse, lookback_us, log_, on_steps=on_steps)
     known = log_.query_id()

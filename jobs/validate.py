@@ -54,7 +54,7 @@ from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_c
 from jobs.ge_process import GeProcess
 from jobs.query_restarts import await_validation
 from jobs.step_clock import StepClock
-from jobs.streaming import die_here_if_asked, wait_started
+from jobs.streaming import die_here_if_asked, stop_between_batches, wait_started
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
@@ -312,6 +312,8 @@ class RunningValidation:
         if self.validator.ge_process is not None:
             self.validator.ge_process.close()
         if self.lane is not None:
+            if self.lane.query.isActive:  # validate has ended (or failed): the lane never runs on without it
+                stop_between_batches(self.lane.query)
             self.lane.finish()
 
 
@@ -343,11 +345,17 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
     validator.ge_behind = v.ge_behind and v.trigger == "live"
     # Before validate's query commits anything: the lane's first start continues from where validate stands.
     lane = start_alert_lane(spark, settings, checkpoint, log, lane_steps)
-    writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
-              .foreachBatch(validator).option("checkpointLocation", checkpoint))
-    writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
-              else writer.trigger(processingTime=v.trigger_interval))
-    query = writer.start()
+    try:
+        writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
+                  .foreachBatch(validator).option("checkpointLocation", checkpoint))
+        writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
+                  else writer.trigger(processingTime=v.trigger_interval))
+        query = writer.start()
+    except BaseException:
+        if lane is not None:
+            lane.query.stop()
+            lane.finish()
+        raise
     validator.query_id = str(query.id)
     # Before the first batch (which waits for `started`): a previous run's batches left waiting for GE.
     try:
@@ -356,6 +364,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
         query.stop()
         if lane is not None:
             lane.query.stop()
+            lane.finish()
         raise
     validator.started.set()
     return RunningValidation(query, validator, lane,

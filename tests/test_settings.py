@@ -24,3 +24,13 @@ def test_an_override_with_a_bad_value_names_the_key(tmp_path: Path) -> None:
     conf.write_text("lakehouse: x\n")
     with pytest.raises(SettingsError, match=r"api\.port: 70000"):
         load_settings(conf, {"api.port": 70000})
+
+
+@pytest.mark.parametrize("key", ["lane: true", "silver_rules_in: validate"])
+def test_a_removed_alerts_setting_is_named_with_why_it_went(tmp_path: Path, key: str) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"alerts:\n  {key}\n")
+    name = key.split(":")[0]
+    with pytest.raises(SettingsError, match=rf"pipeline\.yaml: alerts\.{name}: no longer a setting \(delete it\): "
+                                            r"the alert lane always evaluates the rules on silver tables"):
+        load_settings(path)

@@ -22,9 +22,7 @@ TOKEN = "test-token-0123456789"
 
 @pytest.fixture(scope="package")
 def api_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any, silver_lake: str) -> str:
-    # Without validate's checkpoint: the lane's first start would continue from where validate stands (the end).
-    lake = str(shutil.copytree(silver_lake, tmp_path_factory.mktemp("api") / "lakehouse",
-                               ignore=shutil.ignore_patterns("_checkpoints")))
+    lake = str(shutil.copytree(silver_lake, tmp_path_factory.mktemp("api") / "lakehouse"))
     settings = load_settings(overrides={"lakehouse": lake, "alerts.trigger": "available-now",
                                         "alerts.webhooks": False, "validate.trigger": "available-now"})
     lane_to_the_end(spark, settings)
