@@ -75,33 +75,37 @@ def _query_of(lane: RunningLane | None) -> Callable[[], Any]:
 
 def await_validation(running: ValidationWithLane) -> tuple[bool, bool]:
     """Until validate's query and the alert lane's end, or a signal stops them: (stopped by a signal, the alert lane
-    failed for good). A failed lane is started again as `pipeline run` does; failing more often, it stops validate
-    too: validate never runs on without the lane's rules. Available-now, each query ends once it has read what was
-    there at its start; validate failing stops the lane."""
+    failed for good). A failed lane is started again as `pipeline run` does, whether validate still runs or has
+    finished (available-now); failing more often, it stops validate too: validate never runs on without the lane's
+    rules. Available-now, each query ends once it has read what was there at its start; validate failing stops the
+    lane."""
     restarts = Restarts()
     lane_done = False
     while True:
         lane = None if lane_done else running.lane
-        stopped = await_query(running.query, beside=_query_of(lane))
-        if stopped or lane is None:
-            if lane is not None:
-                stop_between_batches(lane.query)
-            return stopped, False
-        if not running.query.isActive:
-            if running.query.exception() is not None:
-                stop_between_batches(lane.query)
-                return False, False
+        if running.query.isActive:
+            stopped = await_query(running.query, beside=_query_of(lane))
+        elif running.query.exception() is None and lane is not None:
             stopped = await_query(lane.query)  # available-now: the lane finishes what it has planned
-            return stopped, lane.query.exception() is not None
+        else:
+            stopped = False
+        validate_failed = not running.query.isActive and running.query.exception() is not None
+        if stopped or validate_failed or lane is None:
+            if lane is not None and lane.query.isActive:
+                stop_between_batches(lane.query)
+            if lane is None and running.query.isActive:
+                continue  # the lane finished first (available-now): validate's turn
+            return stopped, False
         if lane.query.isActive:
             continue
-        if lane.query.exception() is None:  # available-now: done before validate
+        if lane.query.exception() is None:  # available-now: done
             lane_done = True
             continue
         reason = failure_reason(lane.query.exception())
         if not restarts.allow(JOB_LANE, time.monotonic()):
             print(f"validate: the alert lane failed ({reason}) again; stopping", file=sys.stderr)
-            stop_between_batches(running.query)
+            if running.query.isActive:
+                stop_between_batches(running.query)
             return False, True
         print(f"validate: the alert lane failed ({reason}); restarting it from its checkpoint "
               f"({restarts.describe(JOB_LANE)})", file=sys.stderr)
