@@ -26,8 +26,8 @@ def load_alert_config(path: str | Path | None = None, env: dict[str, str] | None
 
 
 def split_by_layer(config: AlertConfig, origin: str = "alert rules") -> tuple[AlertConfig, AlertConfig]:
-    """The rules on silver tables and the rules on gold tables, each with every receiver: validate evaluates the
-    first on the rows it has just checked, the alerts job the second (docs/alerts.md). An inhibition between the
+    """The rules on silver tables and the rules on gold tables, each with every receiver: the alert lane evaluates
+    the first on each bronze commit, the alerts job the second (docs/alerts.md). An inhibition between the
     two sets would need both engines' alerts at once: refused, naming the rules."""
     silver = tuple(r for r in config.rules if SOURCES[r.source].layer == "silver")
     gold = tuple(r for r in config.rules if SOURCES[r.source].layer == "gold")
@@ -37,12 +37,12 @@ def split_by_layer(config: AlertConfig, origin: str = "alert rules") -> tuple[Al
             if layer[inh.rule] != layer[r.name]:
                 raise AlertConfigError(
                     f"{origin}: rule {r.name!r} (on a {layer[r.name]} table) is inhibited_by {inh.rule!r} (on a "
-                    f"{layer[inh.rule]} table): validate evaluates the rules on silver tables and the alerts job "
+                    f"{layer[inh.rule]} table): the alert lane evaluates the rules on silver tables and the alerts job "
                     f"those on gold tables, so an inhibition must stay within one of the two")
     return replace(config, rules=silver), replace(config, rules=gold)
 
 
-# What the alert lane reads (jobs/alert_lane.py): every table the rules on silver tables read, so that with the lane
-# on it evaluates all of them.
+# What the alert lane reads (jobs/alert_lane.py): every table the rules on silver tables read, so that it evaluates all
+# of them.
 LANE_TABLES = ("partition_state", "broker_metrics", "ack_ledger", "cluster_events")
 assert {s.table for s in SOURCES.values() if s.layer == "silver"} <= set(LANE_TABLES), "a silver source the lane misses"
