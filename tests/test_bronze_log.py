@@ -103,11 +103,32 @@ def test_commits_gone_from_the_log_are_refused_naming_the_table(lake: str, tmp_p
 
     copy = str(tmp_path / "lakehouse")
     shutil.copytree(lake, copy)
+    DeltaTable(PARTITION_STATE.path(copy)).create_checkpoint()  # log retention removes only what a checkpoint covers
     log = Path(PARTITION_STATE.path(copy)) / "_delta_log"
     os.remove(log / f"{1:020d}.json")
     os.remove(log / f"{2:020d}.json")
     with pytest.raises(LogGapError, match=r"bronze\.partition_state: versions 1\.\.2 are gone"):
         _read(BronzeLogReader(copy, TABLES, {}, 1000), {**NONE_READ, PARTITION_STATE.name: 0})
+
+
+def test_reads_after_a_known_version_open_each_new_commit_and_never_list_the_log(
+        lake: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle poll costs one failed open per table, not a listing of a log that grows with the table."""
+    import foundation.bronze_log as bronze_log
+
+    listings: list[str] = []
+    real = bronze_log.log_versions
+    monkeypatch.setattr(bronze_log, "log_versions", lambda path, fs=None: listings.append(path) or real(path, fs))
+    newest = {td.name: real(td.path(lake))[-1] for td in TABLES}
+    reader = BronzeLogReader(lake, TABLES, {}, 1000)
+    batches, end = _read(reader, {td.name: newest[td.name] - 2 for td in TABLES})
+    assert end == newest
+    assert {td.name: sorted(set(_rows(batches, td.name).column("_version").to_pylist())) for td in TABLES} == \
+        {td.name: [newest[td.name] - 1, newest[td.name]] for td in TABLES}
+    assert _read(reader, end) == ([], end)  # idle
+    assert listings == []
+    _read(reader, NONE_READ)  # before the first read the log is listed: version 0 may be gone
+    assert len(listings) == len(TABLES)
 
 
 def test_offsets_only_the_source_declares_one_column_and_with_rows_the_tables_union() -> None:
