@@ -8,7 +8,7 @@ LOCAL_FS_JAR := jvm/local-fs/isrwatch-local-fs.jar
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-source-floors bench-real-alerts jars kafka-jars s3-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-intent-store bench-source-floors bench-real-alerts jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -188,6 +188,10 @@ bench-batch-sizes: venv jars
 # `make test`) and runs four live scenarios, about 15 min.
 bench-alert-latency: venv jars $(STAMPS)/prometheus
 	$(PY) bench/alert_latency.py
+
+# Where a webhook intent is committed before its POST: the journal against a delta-rs commit, local and s3proxy (~1 min).
+bench-intent-store: venv s3-jars
+	$(PY) bench/intent_store.py
 
 # The floor under that latency: a live micro-batch's rows on the driver, by the shape of validate's source (~9 min).
 bench-source-floors: venv jars

@@ -37,7 +37,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
-from foundation import object_store
+from foundation import kill_points, object_store
 from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource, store_option
 from foundation.delta_io import open_table
 from foundation.settings import PipelineSettings, interval_ms
@@ -46,14 +46,14 @@ from jobs.alert_stage import LANE, SOURCE_COLUMNS, AlertStage, build_stage, sett
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
 from jobs.lane_log import LaneLog, replay_unrecorded
 from jobs.step_clock import StepClock
-from jobs.streaming import asked_to_die, die_here_if_asked, wait_started
+from jobs.streaming import wait_started
 from jobs.validate_checkpoints import CheckpointMigrationError, HadoopFiles, next_version, offset_log_entry
 from jobs.validate_routes import RoutedOnDriver
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer
 from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
 from schemas.table import TableDef
 
-JOB = "alert_lane"  # in kill points: ISRWATCH_KILL_AT=alert_lane:<batch>:after_delivery
+JOB = "alert_lane"  # in kill points (foundation/kill_points.py): alert_lane:<batch>:after_delivery
 
 
 @dataclass(frozen=True)
@@ -141,14 +141,14 @@ class LaneBatches:
         return HandedOver(batch_id, self.stage.hand_over(batch_id, self.stage.step_rows(rows)), len(rows), began)
 
     def _before_write(self, batch_id: int) -> None:
-        """Fault injection (ISRWATCH_KILL_AT=alert_lane:<batch>:before_record): the process dies with the batch
+        """Kill point alert_lane:<batch>:before_record: the process dies with the batch
         committed by Spark and not recorded."""
-        if asked_to_die(JOB, batch_id, "before_record"):
+        if kill_points.armed(JOB, batch_id, "before_record"):
             for _ in range(600):
                 if batch_id in self.log.committed():
                     break
                 time.sleep(0.05)
-            die_here_if_asked(JOB, batch_id, "before_record")
+            kill_points.reached(JOB, batch_id, "before_record")
 
 
 @dataclass

@@ -33,17 +33,16 @@ import pyarrow.compute as pc
 from deltalake.exceptions import CommitFailedError
 from pyspark.sql import DataFrame
 
+from foundation import kill_points
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import AppVersions, ensure_table, open_table, read_rows
-from foundation.object_store import is_object_store
 from jobs.per_cluster import route, step_per_cluster
-from jobs.streaming import asked_to_die, die_here_if_asked
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_per_cluster import evaluate_cluster, gather, state_bytes
 from pipelines.alert_rules import AlertConfig
 from pipelines.alert_signals import SOURCES, shape_union
 from pipelines.alert_state import EngineState, Transition
-from pipelines.webhook_delivery import WebhookDispatcher
+from pipelines.webhook_delivery import WebhookDispatcher, intents_directory
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
 from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
 from schemas.silver import SILVER_TABLES
@@ -227,9 +226,9 @@ class AlertStage:
         events = event_rows(transitions, batch_id, datetime.now(UTC))
         if self.dispatcher is not None:
             self.dispatcher.submit(events)
-        if self.dispatcher is not None and asked_to_die(self.job, batch_id, "after_delivery"):
+        if self.dispatcher is not None and kill_points.armed(self.job, batch_id, "after_delivery"):
             self.dispatcher.wait_idle(30)  # the receivers have them: the kill falls between delivery and commit
-            die_here_if_asked(self.job, batch_id, "after_delivery")
+            kill_points.reached(self.job, batch_id, "after_delivery")
         return events
 
     def record(self, batch_id: int, events: list[dict[str, Any]], rows_in: int, began: float,
@@ -251,12 +250,12 @@ class AlertStage:
         if r.events:  # a quiet batch commits nothing here: whether a batch is recorded is the state's to say
             self.versions.write_once(ALERT_EVENTS, lake,
                                      pa.Table.from_pylist(r.events, schema=ALERT_EVENTS.arrow_schema), batch_id)
-        die_here_if_asked(self.job, batch_id, "after_events")
+        kill_points.reached(self.job, batch_id, "after_events")
         self._overwrite(ALERTS, pa.Table.from_pylist(r.alerts, schema=ALERTS.arrow_schema), batch_id,
                         f"stage = '{self.name}'")
         self._overwrite(ALERTS_STATE, pa.Table.from_pylist(r.state, schema=ALERTS_STATE.arrow_schema), batch_id,
                         f"engine = '{self.name}'")
-        die_here_if_asked(self.job, batch_id, "after_state")
+        kill_points.reached(self.job, batch_id, "after_state")
         s = self.stats
         s.batch_id, s.rows_in, s.transitions = batch_id, r.rows_in, len(r.events)
         s.batches += 1 + len(r.merged)
@@ -312,8 +311,6 @@ def build_stage(lake: str, name: str, config: AlertConfig, job: str, *,
     dispatcher = None
     if webhooks and config.receivers:
         rules = {r.name for r in config.rules}
-        # On a local lakehouse the intents before each POST go to a journal beside it (~1 ms against a commit's
-        # ~100 ms, on the way from the hand-over to the POST); on an object store, to gold.deliveries.
-        journal = None if is_object_store(lake) else f"{lake.rstrip('/')}/_webhook_intents/{name}"
-        dispatcher = WebhookDispatcher(config, lake, log=log, owns=rules.__contains__, journal=journal).start()
+        dispatcher = WebhookDispatcher(config, lake, log=log, owns=rules.__contains__,
+                                       journal=intents_directory(lake, name)).start()
     return AlertStage(lake, name, config, engine, dispatcher, job, driver_max_rows, maintain_every_batches)

@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from foundation import kill_points
 from foundation.spool import Spool
-from jobs.streaming import die_here_if_asked
 from jobs.validate_routes import RoutedOnDriver
 
 MAX_BEHIND = 64
@@ -108,7 +108,7 @@ class DqBehind:
             if group and self._failure is None:  # after a failure, batches stay spooled for the next start
                 try:
                     for number in group:
-                        die_here_if_asked("dq_behind", number, "before_check")
+                        kill_points.reached("dq_behind", number, "before_check")
                     self._check(group, self.tables)
                 except BaseException as e:  # reported by the next batch: the query fails there
                     self._failure = e

@@ -34,13 +34,13 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
+from foundation import kill_points
 from foundation.delta_io import AppVersions, ensure_table
 from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.per_cluster import route, step_per_cluster
 from jobs.streaming import (
     add_common_args,
-    die_here_if_asked,
     load_job_settings,
     run_job,
     start_query,
@@ -117,7 +117,7 @@ class SloEvaluator:
                        lambda big: self._on_executors(big, batch_id))
         slices_out, status_out = routed.result
         self._write(SLO_TIMESLICES, slices_out, batch_id)
-        die_here_if_asked("slo", batch_id, "after_timeslices")
+        kill_points.reached("slo", batch_id, "after_timeslices")
         self._write(SLO_STATUS, status_out, batch_id)
         s = self.stats
         s.batch_id, s.slices = batch_id, s.slices + sum(len(f) for f in slices_out)

@@ -9,8 +9,6 @@ changes nothing.
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import threading
 import time
@@ -172,14 +170,3 @@ def wait_started(evaluator: Started, job: str) -> None:
     """foreachBatch can run before start() returns: wait until the query id (the app id's key) is known."""
     if not evaluator.started.wait(120) or evaluator.query_id is None:
         raise RuntimeError(f"{job}: query id not set")
-
-
-def asked_to_die(job: str, batch_id: int, point: str) -> bool:
-    """ISRWATCH_KILL_AT=<job>:<batch>:<point> names this point (a caller may first finish what the kill must follow)."""
-    return os.environ.get("ISRWATCH_KILL_AT") == f"{job}:{batch_id}:{point}"
-
-
-def die_here_if_asked(job: str, batch_id: int, point: str) -> None:
-    """Fault injection for the restart tests: ISRWATCH_KILL_AT=<job>:<batch>:<point> SIGKILLs the process."""
-    if asked_to_die(job, batch_id, point):
-        os.kill(os.getpid(), signal.SIGKILL)

@@ -36,6 +36,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
+from foundation import kill_points
 from foundation.batch_appender import BatchAppender
 from foundation.settings import PipelineSettings, SettingsError, interval_ms
 from foundation.spool import Spool
@@ -54,7 +55,7 @@ from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_c
 from jobs.ge_process import GeProcess
 from jobs.query_restarts import await_validation
 from jobs.step_clock import StepClock
-from jobs.streaming import die_here_if_asked, stop_between_batches, wait_started
+from jobs.streaming import stop_between_batches, wait_started
 from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
@@ -251,7 +252,7 @@ class UnionValidator:
         self._appender("dq_runs").append_rows(dq.cast(DQ_RUNS.arrow_schema), DQ_RUNS.path(self.settings.lakehouse),
                                               marker_batch)
         for c, _, batch_id, _ in checks:
-            die_here_if_asked(c.table, batch_id, "after_dq")
+            kill_points.reached(c.table, batch_id, "after_dq")
 
     def _after(self, done: Sequence[TableCheck | RoutedOnDriver], batch_id: int, duration_ms: int) -> None:
         """Once the batch's rows are in silver: the driver's meter counts and partition states, the stats."""

@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from foundation import kill_points
 from foundation.batch_appender import BatchAppender
 from jobs.step_clock import StepClock
-from jobs.streaming import die_here_if_asked
 from pipelines.arrow_expectations import evaluate, failures
 from pipelines.context import (
     METER_KEY,
@@ -221,12 +221,12 @@ def write_routed(r: RoutedOnDriver, batch_id: int, appender: BatchAppender, lake
         silver = SILVER_TABLES[r.table]
         appender.append_rows(r.valid.select(silver.arrow_schema.names).cast(silver.arrow_schema),
                              silver.path(lakehouse), batch_id)
-    die_here_if_asked(r.table, batch_id, "after_silver")
+    kill_points.reached(r.table, batch_id, "after_silver")
     if r.rejected is not None:
         quarantine = QUARANTINE_TABLES[r.table]
         appender.append_rows(r.rejected.select(quarantine.arrow_schema.names).cast(quarantine.arrow_schema),
                              quarantine.path(lakehouse), batch_id)
-    die_here_if_asked(r.table, batch_id, "after_quarantine")
+    kill_points.reached(r.table, batch_id, "after_quarantine")
 
 
 @dataclass
@@ -261,7 +261,7 @@ class SparkRoute:
             if rows_valid:
                 valid = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
                 appender.append(_few_files(valid, rows_valid), silver.path(self.lakehouse), batch_id)
-            die_here_if_asked(td.name, batch_id, "after_silver")
+            kill_points.reached(td.name, batch_id, "after_silver")
             clock.lap(f"{td.name} {SILVER}")
             if rows_valid < rows_in:
                 rejected = (flagged.where(~F.col(VALID))
@@ -270,7 +270,7 @@ class SparkRoute:
                             .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
                             .select(*quarantine.arrow_schema.names))
                 appender.append(_few_files(rejected, rows_in - rows_valid), quarantine.path(self.lakehouse), batch_id)
-            die_here_if_asked(td.name, batch_id, "after_quarantine")
+            kill_points.reached(td.name, batch_id, "after_quarantine")
             clock.lap(f"{td.name} {QUARANTINE}")
             meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
                       if td.name in self.ctx.last_counts else None)

@@ -12,10 +12,11 @@ not retried) or given up (`give_up_after` / `max_attempts`). A transition matche
 Every attempt is on record, written before the POST and again after it: an intent row (outcome `sending`)
 is committed before the POST, and the outcome row (same delivery_id and attempt) after. A lane commits the
 intents of its head and the items queued behind it together (at most `INTENTS_PER_COMMIT`, each at its next
-attempt number) and POSTs them in order. Where an intent is committed: with a `journal` (a local lakehouse),
-to a write-ahead journal on the local disk (foundation/journal.py, ~1 ms), which the flusher folds into
-gold.deliveries with the outcome rows; without one (an object store), to gold.deliveries itself, one delta-rs
-commit (~40-100 ms) per 50 POSTs of a backlog. A lane POSTs an item only once its intent is committed;
+attempt number) and POSTs them in order. An intent is committed to a write-ahead journal on the dispatcher's
+local disk (foundation/journal.py, ~1 ms, where a delta-rs commit to gold.deliveries takes 40-100 ms on the way
+from the hand-over to the POST: bench/intent_store.py), which the flusher folds into gold.deliveries with the
+outcome rows. The journal is beside a local lakehouse, and in this machine's state directory for a lakehouse on an
+object store (`intents_directory`). A lane POSTs an item only once its intent is committed;
 outcome rows are buffered and flushed every `flush_every_s`. So a POST that was made always has a committed
 intent, while its outcome may be lost with the process. At most `INTENTS_PER_COMMIT` intents of a lane are
 committed and not yet POSTed; when the lane stops (not when it dies) those get the outcome `not_sent`.
@@ -23,7 +24,9 @@ committed and not yet POSTed; when the lane stops (not when it dies) those get t
 Restart: `recover()` folds the intents a crash left in the journal into gold.deliveries, gives every intent
 without an outcome the outcome `unknown` (the receiver may have got it) and re-queues every routed
 transition in gold.alert_events without a final outcome, at the next attempt number, so a receiver down
-across a restart still gets everything, in order. Delivery is at least
+across a restart still gets everything, in order. A journal lost with its machine (a driver restarted elsewhere)
+loses the record of the attempts since the last flush, not a delivery: their transitions have no final outcome
+in gold.deliveries, so they are sent again. Delivery is at least
 once; receivers de-duplicate on the delivery id (`<event_id>@<receiver>`), the same on every attempt, in
 the X-Isrwatch-Delivery header and the payload's `isrwatchDeliveryId` (docs/webhooks.md).
 """
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import os
 import random
-import signal
+import re
 import threading
 import time
 import zlib
@@ -41,14 +44,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from itertools import islice
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import urllib3
 
+from foundation import kill_points
 from foundation.delta_io import KeptOpen, ensure_table, read_rows
 from foundation.journal import Journal
+from foundation.object_store import is_object_store
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.alertmanager import (
     ATTEMPT_HEADER,
@@ -218,7 +224,7 @@ class Lane(threading.Thread):
 class WebhookDispatcher:
     def __init__(self, config: AlertConfig, lakehouse: str, *, flush_every_s: float = 0.5,
                  rng: random.Random | None = None, log: Callable[[str], None] = lambda _: None,
-                 owns: Callable[[str], bool] = lambda _rule: True, journal: str | None = None) -> None:
+                 owns: Callable[[str], bool] = lambda _rule: True, journal: str | Path) -> None:
         self.config, self.lakehouse, self.flush_every_s = config, lakehouse, flush_every_s
         # Which rules' gold.alert_events rows are this dispatcher's to recover (the alert lane and the alerts job
         # each have one: jobs/alert_stage.py).
@@ -235,15 +241,11 @@ class WebhookDispatcher:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
         self.deliveries = KeptOpen(DELIVERIES, lakehouse)  # each lane and the flusher keep it open
-        # The intents' write-ahead journal (its own directory: one dispatcher writes it), or None: intents are
-        # committed to gold.deliveries.
-        self.journal = None if journal is None else Journal(journal, DELIVERIES.arrow_schema)
+        # The intents' write-ahead journal (its own directory: one dispatcher writes it).
+        self.journal = Journal(journal, DELIVERIES.arrow_schema)
         self._flusher = threading.Thread(target=self._flush_loop, name="webhook-records", daemon=True)
         self.delivered = 0
         self.posts = 0
-        # Fault injection for the restart tests: ISRWATCH_KILL_AT=webhook:<n>:after_post SIGKILLs the process
-        # once its n-th POST is answered, before the outcome is recorded (as jobs/streaming.die_here_if_asked).
-        self._kill_at = os.environ.get("ISRWATCH_KILL_AT", "")
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def start(self) -> WebhookDispatcher:
@@ -264,8 +266,7 @@ class WebhookDispatcher:
         if self._flusher.is_alive():
             self._flusher.join(10)
         self.flush()
-        if self.journal is not None:
-            self.journal.close()
+        self.journal.close()
         for pool in self.http.values():
             pool.clear()
 
@@ -285,7 +286,7 @@ class WebhookDispatcher:
         routed transition that has no final outcome yet, in alert_events order, at its next attempt number."""
         columns = ["delivery_id", "event_id", "receiver", "rule", "fingerprint", "alert_status", "attempt", "outcome"]
         done = [d for d in read_rows(DELIVERIES, self.lakehouse, columns).to_pylist() if self.owns(d["rule"])]
-        segments = self.journal.seal() if self.journal is not None else []
+        segments = self.journal.seal()
         # A crash between a fold's commit and its segments' removal leaves rows the table holds already.
         on_record = {(d["delivery_id"], d["attempt"], d["outcome"]) for d in done}
         journaled = [r for s in segments for r in s.rows.to_pylist()
@@ -299,8 +300,7 @@ class WebhookDispatcher:
                     "duration_ms": 0.0, "next_attempt_at": None} for d in unresolved.values()]
         if journaled or unknown:
             self.deliveries.append(pa.Table.from_pylist(journaled + unknown, schema=DELIVERIES.arrow_schema))
-        if self.journal is not None:
-            self.journal.drop(segments)
+        self.journal.drop(segments)
         if unknown:
             self.log(f"webhooks: {len(unknown)} attempt(s) without an outcome recorded as unknown (sent again)")
         events = read_rows(ALERT_EVENTS, self.lakehouse)
@@ -349,18 +349,14 @@ class WebhookDispatcher:
         now = datetime.now(UTC)
         rows = pa.Table.from_pylist([_row(item, r, attempt, INTENT, None, None, now, 0.0, None)
                                      for item, attempt in attempts], schema=DELIVERIES.arrow_schema)
-        if self.journal is not None:
-            self.journal.append(rows)
-        else:  # between the hand-over and the POST: no `.crc` here (~30 ms), the flusher's next commit writes it
-            self.deliveries.append(rows, checksum=False)
+        self.journal.append(rows)
 
     def posted(self) -> None:
         """A POST was answered (or failed); its outcome is not recorded yet."""
         with self._lock:
             self.posts += 1
             n = self.posts
-        if self._kill_at == f"webhook:{n}:after_post":
-            os.kill(os.getpid(), signal.SIGKILL)
+        kill_points.reached("webhook", n, "after_post")  # its n-th POST answered, its outcome not recorded
 
     def record(self, item: Pending, r: Receiver, outcome: str, status: int | None, error: str | None,
                took_ms: float, next_at: float | None, *, quiet: bool = False) -> None:
@@ -382,7 +378,7 @@ class WebhookDispatcher:
     def _flush(self) -> int:
         with self._lock:
             rows, self._records = self._records, []
-        segments = self.journal.seal() if self.journal is not None else []
+        segments = self.journal.seal()
         tables = [s.rows for s in segments]
         if rows:
             tables.append(pa.Table.from_pylist(rows, schema=DELIVERIES.arrow_schema))
@@ -393,8 +389,7 @@ class WebhookDispatcher:
                 with self._lock:  # keep them for the next flush (the segments stay on disk until folded)
                     self._records[:0] = rows
                 raise
-        if self.journal is not None:
-            self.journal.drop(segments)
+        self.journal.drop(segments)
         return len(rows)
 
     def _flush_loop(self) -> None:
@@ -403,6 +398,16 @@ class WebhookDispatcher:
                 self.flush()
             except Exception as e:  # a failed flush keeps nothing from retrying; report and go on
                 self.log(f"webhooks: writing gold.deliveries failed: {e}")
+
+
+def intents_directory(lakehouse: str, dispatcher: str) -> Path:
+    """Where a dispatcher journals its intents: beside a local lakehouse; for a lakehouse on an object store, which
+    has no append-and-fsync, under this machine's state directory ($XDG_STATE_HOME, else ~/.local/state), in a folder
+    named after the lakehouse's URI (so a restart on this machine finds it, and two lakehouses never share one)."""
+    if not is_object_store(lakehouse):
+        return Path(lakehouse) / "_webhook_intents" / dispatcher
+    state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return state / "isrwatch" / "webhook-intents" / re.sub(r"[^A-Za-z0-9._-]+", "_", lakehouse.rstrip("/")) / dispatcher
 
 
 def _row(item: Pending, r: Receiver, attempt: int, outcome: str, status: int | None, error: str | None,

@@ -40,9 +40,11 @@ from jobs.step_clock import parse_steps
 from jobs.validate_routes import ROUTE_STEPS, SOURCE_STEP
 from lakehouse_read.reader import LakehouseReader
 from object_store_fixture import S3Proxy
+from pipelines.alert_rules import AlertConfig, Receiver
+from pipelines.webhook_delivery import WebhookDispatcher, intents_directory
 from schemas.api_tables import SILENCES
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
-from schemas.gold import ALERT_EVENTS, ALERTS
+from schemas.gold import ALERT_EVENTS, ALERTS, DELIVERIES
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
@@ -173,6 +175,36 @@ def test_concurrent_writers_of_one_table_lose_no_commit_and_write_none_twice(on_
         t.join(120)
     got = sorted((r["writer"], r["n"]) for r in read_rows(RACE, lake).to_pylist())
     assert got == [(w, n) for w in range(3) for n in range(8)], failures
+
+
+def test_webhook_intents_on_a_store_lakehouse_are_journaled_on_local_disk_and_folded_into_the_store(
+        on_store: S3Proxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The intent before each POST goes to a journal in the machine's state directory (an object store has no
+    append-and-fsync); the flush folds it, with the outcomes, into gold.deliveries on the store."""
+    from tests.alerts.receiver import Receiver as HttpReceiver
+    from tests.alerts.test_webhook import CONFIG, events, store
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    lake = on_store.uri("webhooks")
+    journal = intents_directory(lake, "lane")
+    assert journal == tmp_path / "state" / "isrwatch" / "webhook-intents" / "s3a_lake_webhooks" / "lane"
+    store(lake, events(3), 0)
+    receiver = HttpReceiver().start()
+    try:
+        config = AlertConfig(CONFIG.rules, (Receiver("hook", receiver.url, timeout_s=2, parallel=1),))
+        d = WebhookDispatcher(config, lake, flush_every_s=0.1, journal=journal).start()
+        try:
+            assert d.wait_idle(30)
+        finally:
+            d.stop()
+    finally:
+        receiver.stop()
+    assert [r["headers"]["X-Isrwatch-Delivery"] for r in receiver.requests] == [f"0-{i}@hook" for i in range(3)]
+    rows = read_rows(DELIVERIES, lake).to_pylist()   # read back through the store
+    assert sorted((r["delivery_id"], r["outcome"]) for r in rows) == sorted(
+        (f"0-{i}@hook", outcome) for i in range(3) for outcome in ("sending", "delivered"))
+    assert [p.name for p in journal.iterdir()] == []   # every segment folded
+    assert not (on_store.folder / "data" / "lake" / "webhooks" / "_webhook_intents").exists()
 
 
 # Columns that name a micro-batch or a wall time: they differ between any two runs of a job.

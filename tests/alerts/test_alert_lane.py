@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
+from foundation import kill_points
 from foundation.bronze_log import BronzeLogReader
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import open_table, read_rows
@@ -300,27 +301,29 @@ class Killed(Exception):
 def failing_after_delivery(job: str, batch: int) -> Iterator[None]:
     """The evaluator's micro-batch `batch` fails once its transitions reached the receivers (the webhook lanes finish
     first) and before anything is recorded, as a crash there would leave it."""
-    def kill(j: str, batch_id: int, point: str) -> None:
-        if (j, batch_id, point) == (job, batch, "after_delivery"):
-            raise Killed(f"killed after delivering batch {batch_id}")
+    def kill() -> None:
+        raise Killed(f"killed after delivering batch {batch}")
 
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("ISRWATCH_KILL_AT", f"{job}:{batch}:after_delivery")
-        m.setattr("jobs.alert_stage.die_here_if_asked", kill)
+    kill_points.arm(kill_points.KillPoint(job, batch, "after_delivery", kill))
+    try:
         yield
+    finally:
+        kill_points.arm(None)
 
 
 @contextlib.contextmanager
 def dying_before_record(batch: int) -> Iterator[None]:
     """The lane's record of `batch` is not written: once Spark has committed the batch, its writer fails, as the
-    process dying there would leave it (ISRWATCH_KILL_AT SIGKILLs the process; here the writer raises)."""
-    def kill(job: str, batch_id: int, point: str) -> None:
-        raise Killed(f"killed before recording batch {batch_id}")
+    process dying there would leave it (tests/alert/test_alert_lane_killed.py SIGKILLs the process; here the writer
+    raises)."""
+    def kill() -> None:
+        raise Killed(f"killed before recording batch {batch}")
 
-    with pytest.MonkeyPatch.context() as m:
-        m.setenv("ISRWATCH_KILL_AT", f"alert_lane:{batch}:before_record")
-        m.setattr("jobs.alert_lane.die_here_if_asked", kill)
+    kill_points.arm(kill_points.KillPoint("alert_lane", batch, "before_record", kill))
+    try:
         yield
+    finally:
+        kill_points.arm(None)
 
 
 def _delivered(receiver: Receiver) -> list[str]:

@@ -3,7 +3,7 @@
 The boundaries, in a batch's order: the transitions handed to the receivers (`after_delivery`), gold.alert_events
 committed (`after_events`), gold.alerts and the engine's state committed (`after_state`), and a batch Spark has
 committed whose record the writer behind the batches has not written (`before_record`). Each kill is a real
-SIGKILL of the process (jobs/streaming.py `die_here_if_asked`); each start continues from what the killed one left.
+SIGKILL of the process (a kill point armed by tests/kill_at.py); each start continues from what the killed one left.
 At the end every transition is recorded once, under the id it was sent with, and is the engine's over all the rows
 at once; the receiver got every routed transition, a killed batch's again under the same delivery ids.
 """
@@ -21,6 +21,7 @@ from foundation.delta_io import read_rows
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver, rules_file
 from tests.alerts.test_alert_lane import _engine_on_bronze
+from tests.kill_at import killed_at
 
 ROOT = Path(__file__).resolve().parents[2]
 # (batch, point): one commit a table per batch, the faults' transitions in the first batches.
@@ -28,12 +29,9 @@ KILLS = ((0, "after_delivery"), (1, "after_events"), (2, "after_state"), (3, "be
 
 
 def _validate(lake: str, rules: str, kill: str | None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "ISRWATCH_KILL_AT"}
-    if kill is not None:
-        env["ISRWATCH_KILL_AT"] = kill
-    return subprocess.run([sys.executable, str(ROOT / "jobs/validate.py"), "--lakehouse", lake, "--tables", "runs",
+    return subprocess.run([*killed_at(kill), str(ROOT / "jobs/validate.py"), "--lakehouse", lake, "--tables", "runs",
                            "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0",
-                           "--rules", rules], cwd=ROOT, env={**env, "PYSPARK_PYTHON": sys.executable},
+                           "--rules", rules], cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
                           capture_output=True, text=True, timeout=600)
 
 

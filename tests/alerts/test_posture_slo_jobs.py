@@ -7,7 +7,6 @@ an uninterrupted run (no interval counted twice, none lost).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from foundation.settings import load_settings
 from jobs.slo import start_slo
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
+from tests.kill_at import killed_at
 from tests.lakes import UNCLEAN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,8 +121,8 @@ def test_killed_slo_job_restarts_without_double_counting(silver_lake: str, tmp_p
     cmd = [sys.executable, str(ROOT / "jobs/slo.py"), "--lakehouse", lake, "--trigger", "available-now",
            "--max-files-per-trigger", "1"]
     # Killed after batch 1's timeslices are committed but before its status (and Spark's own commit).
-    env = {**os.environ, "ISRWATCH_KILL_AT": "slo:1:after_timeslices"}
-    killed = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    killed = subprocess.run([*killed_at("slo:1:after_timeslices"), *cmd[1:]], cwd=ROOT, capture_output=True,
+                            text=True, timeout=600)
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert set(frame(SLO_TIMESLICES, lake)["slo_batch_id"]) == {0, 1}
     assert set(frame(SLO_STATUS, lake)["slo_batch_id"]) == {0}

@@ -47,15 +47,14 @@ def store(lake: str, rows: list[dict[str, Any]], batch: int) -> None:
     write_once(ALERT_EVENTS, lake, pa.Table.from_pylist(rows, schema=ALERT_EVENTS.arrow_schema), "test", batch)
 
 
-def dispatcher(lake: str, url: str, flush_every_s: float = 0.1, journal: bool = False,
-               **receiver: Any) -> WebhookDispatcher:
-    """`journal`: intents go to a journal in `journal_dir(lake)` (as on a local lakehouse), else to gold.deliveries.
-    One lane unless `parallel` says otherwise: the receiver sees every transition in gold.alert_events order."""
+def dispatcher(lake: str, url: str, flush_every_s: float = 0.1, **receiver: Any) -> WebhookDispatcher:
+    """Intents journaled in `journal_dir(lake)`. One lane unless `parallel` says otherwise: the receiver sees every
+    transition in gold.alert_events order."""
     r = Receiver("hook", url, secret=SECRET, timeout_s=2, backoff_initial_s=0.05, backoff_max_s=0.2,
                  **{"parallel": 1, **receiver})
     config = AlertConfig(CONFIG.rules, (r,), external_url="http://isrwatch.example")
     return WebhookDispatcher(config, lake, flush_every_s=flush_every_s, rng=random.Random(1),
-                             journal=journal_dir(lake) if journal else None)
+                             journal=journal_dir(lake))
 
 
 def deliver(lake: str, url: str, rows: list[dict[str, Any]]) -> None:
@@ -233,7 +232,7 @@ def test_unsigned_without_a_secret_and_routing_by_severity(tmp_path: Path, recei
     rows[1] = {**rows[1], "severity": "info"}
     store(lake, rows, 0)
     r = Receiver("hook", receiver.url, severities=("critical",), timeout_s=2)
-    d = WebhookDispatcher(AlertConfig(CONFIG.rules, (r,)), lake, flush_every_s=0.1).start()
+    d = WebhookDispatcher(AlertConfig(CONFIG.rules, (r,)), lake, flush_every_s=0.1, journal=journal_dir(lake)).start()
     try:
         assert d.wait_idle(20)
     finally:

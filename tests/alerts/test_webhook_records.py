@@ -1,5 +1,5 @@
-"""Every delivery attempt on record: an intent row is committed to gold.deliveries before each POST and the
-outcome row after it, so a dispatcher SIGKILLed between a POST and its outcome (a real subprocess,
+"""Every delivery attempt on record: an intent row is journaled before each POST (and folded into gold.deliveries)
+and the outcome row written after it, so a dispatcher SIGKILLed between a POST and its outcome (a real subprocess,
 tests/alerts/webhook_child.py) leaves an attempt that the next start records as `unknown` and sends again,
 with the same delivery id in the X-Isrwatch-Delivery header and the payload's `isrwatchDeliveryId`."""
 
@@ -34,14 +34,11 @@ def receiver() -> Any:
     r.stop()
 
 
-def child(lake: str, url: str, journal: bool, *, kill_at: str | None = None,
+def child(lake: str, url: str, *, kill_at: str | None = None,
           flush_every_s: float = 0.5) -> subprocess.Popen[str]:
-    env = {k: v for k, v in os.environ.items() if k != "ISRWATCH_KILL_AT"}
-    if kill_at is not None:
-        env["ISRWATCH_KILL_AT"] = kill_at
     return subprocess.Popen([sys.executable, "-m", "tests.alerts.webhook_child", lake, url,
-                             "--flush-every", str(flush_every_s), *(["--journal"] if journal else [])],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             "--flush-every", str(flush_every_s), *(["--kill-at", kill_at] if kill_at else [])],
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def killed(proc: subprocess.Popen[str]) -> None:
@@ -60,42 +57,40 @@ def posts(receiver: HttpReceiver) -> list[tuple[str, int]]:
     return got
 
 
-def attempts(lake: str, journal: bool = False) -> dict[tuple[str, int], list[str]]:
-    """(delivery id, attempt) -> its rows' outcomes in the order written (the intent first): gold.deliveries's and,
-    with `journal`, the journal's, which a dispatcher killed may have left unfolded."""
+def attempts(lake: str) -> dict[tuple[str, int], list[str]]:
+    """(delivery id, attempt) -> its rows' outcomes in the order written (the intent first): gold.deliveries's and the
+    journal's, which a dispatcher killed may have left unfolded."""
     out: dict[tuple[str, int], list[str]] = {}
-    left = Journal(journal_dir(lake), DELIVERIES.arrow_schema).seal() if journal else []
+    left = Journal(journal_dir(lake), DELIVERIES.arrow_schema).seal()
     for r in records(lake) + [r for s in left for r in s.rows.to_pylist()]:
         out.setdefault((r["delivery_id"], r["attempt"]), []).append(r["outcome"])
     return out
 
 
-def recover_and_deliver(lake: str, url: str, journal: bool) -> None:
-    d = dispatcher(lake, url, journal=journal).start()
+def recover_and_deliver(lake: str, url: str) -> None:
+    d = dispatcher(lake, url).start()
     try:
         assert d.wait_idle(30)
     finally:
         d.stop()
 
 
-@pytest.mark.parametrize("journal", [False, True], ids=["intents in gold.deliveries", "intents journaled"])
-def test_a_kill_between_post_and_outcome_leaves_both_attempts_on_record(tmp_path: Path, receiver: HttpReceiver,
-                                                                         journal: bool) -> None:
+def test_a_kill_between_post_and_outcome_leaves_both_attempts_on_record(tmp_path: Path,
+                                                                         receiver: HttpReceiver) -> None:
     lake = str(tmp_path)
     store(lake, events(3), 0)
     # Killed once the receiver answered its second POST, before that outcome is recorded (and the first's is
     # still buffered: flushes every 60 s).
-    killed(child(lake, receiver.url, journal, kill_at="webhook:2:after_post", flush_every_s=60))
+    killed(child(lake, receiver.url, kill_at="webhook:2:after_post", flush_every_s=60))
     assert posts(receiver) == [("0-0@hook", 1), ("0-1@hook", 1)]
     assert [r["status"] for r in receiver.requests] == [200, 200]
-    # On record: the intents of the lane's three due items, committed together before the first POST (journaled:
-    # in the journal only, not folded into gold.deliveries yet).
-    assert attempts(lake, journal) == {(f"0-{i}@hook", 1): ["sending"] for i in range(3)}
-    assert (records(lake) == []) == journal
+    # On record: the intents of the lane's three due items, journaled together before the first POST, not folded
+    # into gold.deliveries yet.
+    assert records(lake) == []
+    assert attempts(lake) == {(f"0-{i}@hook", 1): ["sending"] for i in range(3)}
 
-    recover_and_deliver(lake, receiver.url, journal)
-    if journal:
-        assert Journal(journal_dir(lake), DELIVERIES.arrow_schema).seal() == []  # folded into gold.deliveries
+    recover_and_deliver(lake, receiver.url)
+    assert Journal(journal_dir(lake), DELIVERIES.arrow_schema).seal() == []  # folded into gold.deliveries
     assert attempts(lake) == {**{(f"0-{i}@hook", 1): ["sending", "unknown"] for i in range(3)},
                               **{(f"0-{i}@hook", 2): ["sending", "delivered"] for i in range(3)}}
     unknown = [r for r in records(lake) if r["outcome"] == "unknown"]
@@ -107,14 +102,13 @@ def test_a_kill_between_post_and_outcome_leaves_both_attempts_on_record(tmp_path
     assert sorted(bodies.values()) == [1, 2, 2]   # a resent transition's body is the same bytes
 
 
-@pytest.mark.parametrize("journal", [False, True], ids=["intents in gold.deliveries", "intents journaled"])
-def test_every_post_the_receiver_got_has_an_attempt_on_record_across_a_kill(tmp_path: Path, receiver: HttpReceiver,
-                                                                            journal: bool) -> None:
+def test_every_post_the_receiver_got_has_an_attempt_on_record_across_a_kill(tmp_path: Path,
+                                                                            receiver: HttpReceiver) -> None:
     lake = str(tmp_path)
     n_events, kill_after_posts = 120, 70
     store(lake, events(n_events), 0)
     receiver.answers = [200] * 9 + [503]     # one retry before the kill, to number a second attempt
-    proc = child(lake, receiver.url, journal, flush_every_s=0.05)
+    proc = child(lake, receiver.url, flush_every_s=0.05)
 
     def kill_the_dispatcher(n: int) -> None:
         if n == kill_after_posts:            # from outside, right after answering: wherever the lane is
@@ -124,7 +118,7 @@ def test_every_post_the_receiver_got_has_an_attempt_on_record_across_a_kill(tmp_
     killed(proc)
     receiver.after_answer = None
     assert kill_after_posts <= len(receiver.requests) <= kill_after_posts + 1   # one may be on its way
-    recover_and_deliver(lake, receiver.url, journal)
+    recover_and_deliver(lake, receiver.url)
 
     sent, on_record = posts(receiver), attempts(lake)
     assert len(set(sent)) == len(sent), "an attempt number was POSTed twice"
@@ -151,7 +145,7 @@ def test_the_delivery_id_is_in_header_and_payload_and_the_same_on_every_attempt(
     lake = str(tmp_path)
     receiver.answers = [500, 503, 200]
     store(lake, events(2), 0)
-    recover_and_deliver(lake, receiver.url, journal=True)  # each intent journaled, then folded with the outcomes
+    recover_and_deliver(lake, receiver.url)  # each intent journaled, then folded with the outcomes
     assert posts(receiver) == [("0-0@hook", 1), ("0-0@hook", 2), ("0-0@hook", 3), ("0-1@hook", 1)]
     assert [r["json"]["isrwatchDeliveryId"] for r in receiver.requests] == ["0-0@hook"] * 3 + ["0-1@hook"]
     assert len({r["body"] for r in receiver.requests[:3]}) == 1
@@ -172,6 +166,6 @@ def test_intents_folded_before_a_crash_are_not_recorded_twice(tmp_path: Path, re
         "next_attempt_at": None}], schema=DELIVERIES.arrow_schema)
     Journal(journal_dir(lake), DELIVERIES.arrow_schema).append(intent)
     KeptOpen(DELIVERIES, lake).append(intent)
-    recover_and_deliver(lake, receiver.url, journal=True)
+    recover_and_deliver(lake, receiver.url)
     assert attempts(lake) == {("0-0@hook", 1): ["sending", "unknown"], ("0-0@hook", 2): ["sending", "delivered"]}
     assert posts(receiver) == [("0-0@hook", 2)]

@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from foundation import kill_points
 from foundation.settings import load_settings
 from foundation.spark import LOG4J2_CONFIG, delta_jars
 from jobs.validate import start_validation
 from schemas.bronze import BROKER_METRICS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
+from tests.kill_at import killed_at
 from tests.pipeline.helpers import append, emulate, key_of, rows
 
 pytestmark = pytest.mark.spark
@@ -55,10 +57,7 @@ def bronze_with_bad_rows(bronze_template: Path, tmp_path_factory: pytest.TempPat
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **extra}
-    env.pop("ISRWATCH_KILL_AT", None)
-    env.update(extra)
-    return env
+    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **extra}
 
 
 # These driver JVMs live a minute: C1 alone compiles what they run sooner than C1 and C2 (~15 % less time here).
@@ -130,7 +129,7 @@ def _assert_silver_is_bronze(lake: Path, invalid: int) -> None:
 
 
 def _kill_at(lake: Path, kill_at: str, *extra: str) -> str:
-    killed = subprocess.run(_validate_cmd(lake, *extra), env=_env(ISRWATCH_KILL_AT=kill_at), cwd=ROOT,
+    killed = subprocess.run([*killed_at(kill_at), *_validate_cmd(lake, *extra)[1:]], env=_env(), cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     return killed.stderr
@@ -144,50 +143,31 @@ class Killed(Exception):
     pass
 
 
-def _killed_in_process_at(spark: Any, lake: Path, table: str, batch: int, point: str) -> None:
-    """An available-now run, as `_kill_at`'s, on the session's Spark (a JVM less), whose micro-batch fails at the
-    kill point: Spark's checkpoint lacks the batch, and what it committed before the point stays, as after a crash."""
-    def die(job: str, batch_id: int, at: str) -> None:
-        if (job, batch_id, at) == (table, batch, point):
-            raise Killed(f"killed at {table}:{batch}:{point}")
-
-    settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
-                                        "validate.trigger": "available-now", "validate.max_files_per_trigger": 1,
-                                        "validate.wait_for_tables_seconds": 0, "alerts.webhooks": False})
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr("jobs.validate_routes.die_here_if_asked", die)
-        running = start_validation(spark, settings, log=lambda _: None)
-        try:
-            with pytest.raises(Exception, match=f"killed at {table}:{batch}:{point}"):
-                running.query.awaitTermination()
-        finally:
-            running.query.stop()
-            running.finish()
-
-
 @contextmanager
-def _validation_in_process(spark: Any, lake: Path, trigger: str, patched: str, die: Any) -> Iterator[Any]:
+def _validation_in_process(spark: Any, lake: Path, trigger: str, kill: kill_points.KillPoint) -> Iterator[Any]:
     """validate over broker_metrics, a file per micro-batch, on the session's Spark (a JVM less than `_kill_at`),
-    with the kill point `patched` (a module's `die_here_if_asked`) replaced by `die`; stopped on exit."""
+    with `kill` armed (its action raises in this process); stopped and disarmed on exit."""
     settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
                                         "validate.trigger": trigger, "validate.max_files_per_trigger": 1,
                                         "validate.wait_for_tables_seconds": 0, "alerts.webhooks": False})
-    with pytest.MonkeyPatch.context() as m:
-        m.setattr(patched, die)
+    kill_points.arm(kill)
+    try:
         running = start_validation(spark, settings, log=lambda _: None)
         try:
             yield running
         finally:
             running.query.stop()
             running.finish()
+    finally:
+        kill_points.arm(None)
 
 
 def _live_run_whose_great_expectations_worker_dies_at(spark: Any, lake: Path, batch: int) -> None:
-    def die(job: str, batch_id: int, point: str) -> None:
-        if (job, batch_id, point) == ("dq_behind", batch, "before_check"):
-            raise WorkerDied(f"the worker died before checking batch {batch_id}")
+    def die() -> None:
+        raise WorkerDied(f"the worker died before checking batch {batch}")
 
-    with _validation_in_process(spark, lake, "live", "jobs.dq_behind.die_here_if_asked", die) as running:
+    with _validation_in_process(spark, lake, "live", kill_points.KillPoint("dq_behind", batch, "before_check",
+                                                                            die)) as running:
         deadline = time.monotonic() + 300
         while running.validator.stats.batch_id < batch and time.monotonic() < deadline:
             assert running.query.exception() is None, running.query.exception()
@@ -198,12 +178,11 @@ def _live_run_whose_great_expectations_worker_dies_at(spark: Any, lake: Path, ba
 def _killed_in_process_at(spark: Any, lake: Path, table: str, batch: int, point: str) -> None:
     """An available-now run, as `_kill_at`'s, whose micro-batch fails at the kill point: Spark's checkpoint lacks
     the batch, and what it committed before the point stays, as after a crash."""
-    def die(job: str, batch_id: int, at: str) -> None:
-        if (job, batch_id, at) == (table, batch, point):
-            raise Killed(f"killed at {table}:{batch}:{point}")
+    def die() -> None:
+        raise Killed(f"killed at {table}:{batch}:{point}")
 
-    patched = "jobs.validate_routes.die_here_if_asked"
-    with (_validation_in_process(spark, lake, "available-now", patched, die) as running,
+    with (_validation_in_process(spark, lake, "available-now", kill_points.KillPoint(table, batch, point, die))
+          as running,
           pytest.raises(Exception, match=f"killed at {table}:{batch}:{point}")):
         running.query.awaitTermination()
 

@@ -1,0 +1,54 @@
+"""Kill points: the places in the write paths where a crash is tested, named `<job>:<batch>:<point>`.
+
+The code calls `reached(job, batch, point)` at each (after a commit, before the next), and nothing happens there
+unless the process armed that one point first (`arm`). The crash tests arm it from outside the product: a runner
+(tests/kill_at.py) arms the point, then runs the job's script in the same process, and the armed point SIGKILLs
+it as a crash, an OOM kill or a lost node ends a process: no handler, no flush, no `finally`. A point that must
+follow something the job does not wait for (the receivers have the batch's transitions; Spark committed the
+batch) asks `armed` first and waits for it. An in-process test may arm a point with another action (raise).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+def sigkill() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    job: str
+    batch: int
+    point: str
+    action: Callable[[], None] = sigkill
+
+    @classmethod
+    def parse(cls, spec: str, action: Callable[[], None] = sigkill) -> KillPoint:
+        """`<job>:<batch>:<point>`, e.g. `alerts:1:after_events`, `webhook:2:after_post`."""
+        parts = spec.split(":")
+        if len(parts) != 3 or not (parts[0] and parts[2] and parts[1].isdigit()):
+            raise ValueError(f"a kill point is <job>:<batch>:<point> (e.g. alerts:1:after_events), got {spec!r}")
+        return cls(parts[0], int(parts[1]), parts[2], action)
+
+
+_armed: KillPoint | None = None
+
+
+def arm(point: KillPoint | None) -> None:
+    """The one point armed in this process (None: none)."""
+    global _armed
+    _armed = point
+
+
+def armed(job: str, batch: int, point: str) -> bool:
+    return _armed is not None and (_armed.job, _armed.batch, _armed.point) == (job, batch, point)
+
+
+def reached(job: str, batch: int, point: str) -> None:
+    if _armed is not None and armed(job, batch, point):
+        _armed.action()
