@@ -23,6 +23,7 @@ import dataclasses
 import itertools
 import json
 import posixpath
+import time
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import unquote
@@ -40,6 +41,8 @@ from schemas.bronze import BRONZE_BY_NAME
 from schemas.table import TableDef
 
 NAME = "isrwatch_bronze_log"
+# How long a table stays without a new commit before its log is listed to look for a gap, and then how often.
+GAP_CHECK_S = 10.0
 
 
 Commits = list[tuple[int, list[str]]]  # (version, its data files), oldest first
@@ -70,9 +73,13 @@ def log_versions(table_path: str, fs: pafs.FileSystem | None = None) -> list[int
 def data_adds(table_path: str, version: int, fs: pafs.FileSystem | None = None) -> list[dict[str, Any]]:
     """The `add` actions of commit `version` that carry new data (not compaction's), in the commit's order."""
     fs = fs or pafs.LocalFileSystem()
-    with fs.open_input_stream(posixpath.join(table_path, "_delta_log", f"{version:020d}.json")) as commit:
+    with fs.open_input_stream(_commit_path(table_path, version)) as commit:
         lines = commit.read().decode().splitlines()
     return [a for line in lines if line and (a := json.loads(line).get("add")) and a.get("dataChange", True)]
+
+
+def _commit_path(table_path: str, version: int) -> str:
+    return posixpath.join(table_path, "_delta_log", f"{version:020d}.json")
 
 
 def added_paths(table_path: str, adds: list[dict[str, Any]]) -> list[str]:
@@ -98,6 +105,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         self.schema = spark_arrow_schema(tables)
         self.target: dict[str, int] | None = None  # the last versions to read under Trigger.AvailableNow
         self._fs: tuple[pafs.FileSystem, str] | None = None
+        self._idle_since: dict[str, float] = {}  # per table: since when no new commit was found (monotonic)
 
     def _lake(self) -> tuple[pafs.FileSystem, str]:
         """The lakehouse's file system and root on it, made on first use (the reader is pickled to Spark's worker)."""
@@ -109,7 +117,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         return td.path(self._lake()[1])
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None}
+        return {**self.__dict__, "_fs": None, "_idle_since": {}}
 
     def prepareForTriggerAvailableNow(self) -> None:
         fs = self._lake()[0]
@@ -131,7 +139,13 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         return pa.Table.from_batches(self._read(self._plan(start, end)), schema=self.schema)
 
     def _plan(self, start: dict[str, int], end: dict[str, int] | None) -> list[tuple[TableDef, Commits]]:
-        """Per table, the commits to read after `start` (up to `end`, or `max_files` files) with their data files."""
+        """Per table, the commits to read after `start` (up to `end`, or `max_files` files) with their data files.
+
+        Commit `after + 1`, then the next, is opened until one is missing: one read per new commit and one failed open
+        per table on an idle poll, where listing `_delta_log` stats every entry of a log that grows with the table
+        (28 ms at 5,000 commits, against the lane's 100 ms poll). The log is listed only to find where a table
+        starts (before its first read: log retention may have removed version 0) and, while a table is idle, at most
+        every `GAP_CHECK_S`, to notice commits that exist past one that does not (`LogGapError`)."""
         planned = []
         fs = self._lake()[0]
         new_batch = end is None  # at most `max_files` files, and under AvailableNow no version past the target
@@ -142,9 +156,10 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
             # starts where the reader was told to (`start` at construction).
             after = int(start.get(td.name, self.start.get(td.name, -1)))
             last = None if upto is None else upto.get(td.name, after)
+            first = after + 1 if after >= 0 else self._oldest(path)
             commits: Commits = []
             files = 0
-            for version in self._versions_after(td, path, after):
+            for version in itertools.count(first):
                 if last is not None and version > last:
                     break
                 if new_batch and files >= self.max_files:
@@ -152,41 +167,50 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
                 try:
                     commits.append((version, data_files(path, version, fs)))
                 except FileNotFoundError:
-                    if commits or after < 0:
-                        break  # the newest commit so far
-                    self._refuse_gap(td, path, after)
-                    break  # nothing after `after` yet
+                    if not new_batch:  # a replay: the offset log names this commit, so it existed
+                        raise LogGapError(self._gone(td, version, after)) from None
+                    if not commits and after >= 0:
+                        self._check_gap(td, path, after)
+                    break
                 files += len(commits[-1][1])
+            if commits:
+                self._idle_since.pop(td.name, None)
             planned.append((td, commits))
         return planned
 
-    def _versions_after(self, td: TableDef, path: str, after: int) -> Iterator[int]:
-        """The versions to try after `after`, in order. Reading commit `after + 1`, then the next, until one is missing
-        costs one read per new commit and one failed open per idle poll, where listing `_delta_log` costs a stat of
-        every entry of a log that grows with the table (28 ms at 5,000 commits against the lane's 100 ms poll). Only
-        before the first read (no version known; log retention may have removed version 0) is the log listed."""
-        if after >= 0:
-            yield from itertools.count(after + 1)
-        else:
-            yield from log_versions(path, self._lake()[0])
-
-    def _refuse_gap(self, td: TableDef, path: str, after: int) -> None:
-        """Commit `after + 1` is not there: no new commit yet, or log retention removed it. Retention removes only
-        commits older than the table's last checkpoint, so `_last_checkpoint` past `after` is the sign of a gap,
-        and the log is listed only then."""
+    def _oldest(self, path: str) -> int:
+        """The table's oldest commit: the first listed, or an older one a store's listing left out (s3proxy lists
+        commits being written late); 0 for no table yet."""
         fs = self._lake()[0]
-        try:
-            with fs.open_input_stream(posixpath.join(path, "_delta_log", "_last_checkpoint")) as f:
-                checkpoint = int(json.loads(f.read().decode())["version"])
-        except FileNotFoundError:
+        oldest = (log_versions(path, fs) or [0])[0]
+        while oldest > 0 and fs.get_file_info(_commit_path(path, oldest - 1)).type != pafs.FileType.NotFound:
+            oldest -= 1
+        return oldest
+
+    def _check_gap(self, td: TableDef, path: str, after: int) -> None:
+        """No commit after `after`: none yet, or gone while newer ones exist (log retention past the lane's position,
+        a log damaged by hand). The log is listed once the table has been idle `GAP_CHECK_S`, then every
+        `GAP_CHECK_S`; a commit past `after + 1` with `after + 1` still missing (opened again: a store's listing may
+        show a commit before it can be read, never the reverse) is a gap."""
+        now = time.monotonic()
+        since = self._idle_since.setdefault(td.name, now)
+        if now - since < GAP_CHECK_S:
             return
-        if checkpoint <= after:
-            return
+        self._idle_since[td.name] = now
+        fs = self._lake()[0]
         newer = [v for v in log_versions(path, fs) if v > after]
-        if newer and newer[0] != after + 1:
-            raise LogGapError(f"{td.qualified_name}: versions {after + 1}..{newer[0] - 1} are gone from its "
-                              f"_delta_log (log retention); the alert lane read up to {after}. Delete the "
-                              "lane's checkpoint to start again from the newest commits")
+        if not newer or newer[0] == after + 1:  # none yet, or listed before it can be read: the next poll reads it
+            return
+        try:
+            data_adds(path, after + 1, fs)
+        except FileNotFoundError:
+            raise LogGapError(self._gone(td, after + 1, after, newer[0])) from None
+
+    @staticmethod
+    def _gone(td: TableDef, version: int, after: int, present: int | None = None) -> str:
+        missing = f"versions {version}..{present - 1} are" if present is not None else f"version {version} is"
+        return (f"{td.qualified_name}: {missing} gone from its _delta_log (log retention, or the log damaged); the "
+                f"alert lane read up to {after}. Delete the lane's checkpoint to start again from the newest commits")
 
     def _read(self, planned: list[tuple[TableDef, Commits]]) -> list[pa.RecordBatch]:
         fs = self._lake()[0]

@@ -13,26 +13,29 @@ Every attempt is on record, written before the POST and again after it: an inten
 is committed before the POST, and the outcome row (same delivery_id and attempt) after. A lane commits the
 intents of its head and the items queued behind it together (at most `INTENTS_PER_COMMIT`, each at its next
 attempt number) and POSTs them in order. An intent is committed to a write-ahead journal on the dispatcher's
-local disk (foundation/journal.py, ~1 ms, where a delta-rs commit to gold.deliveries takes 40-100 ms on the way
-from the hand-over to the POST: bench/intent_store.py), which the flusher folds into gold.deliveries with the
+local disk (foundation/journal.py, ~0.5 ms, where a delta-rs commit to gold.deliveries takes 30-85 ms at p50 on
+the way from the hand-over to the POST: bench/intent_store.py), which the flusher folds into gold.deliveries with the
 outcome rows. The journal is beside a local lakehouse, and in this machine's state directory for a lakehouse on an
 object store (`intents_directory`). A lane POSTs an item only once its intent is committed;
 outcome rows are buffered and flushed every `flush_every_s`. So a POST that was made always has a committed
-intent, while its outcome may be lost with the process. At most `INTENTS_PER_COMMIT` intents of a lane are
-committed and not yet POSTed; when the lane stops (not when it dies) those get the outcome `not_sent`.
+intent (unless the machine's disk is lost with the journal, below), while its outcome may be lost with the
+process. At most `INTENTS_PER_COMMIT` intents of a lane are committed and not yet POSTed; when the lane stops
+(not when it dies) those get the outcome `not_sent`.
 
 Restart: `recover()` folds the intents a crash left in the journal into gold.deliveries, gives every intent
 without an outcome the outcome `unknown` (the receiver may have got it) and re-queues every routed
 transition in gold.alert_events without a final outcome, at the next attempt number, so a receiver down
 across a restart still gets everything, in order. A journal lost with its machine (a driver restarted elsewhere)
 loses the record of the attempts since the last flush, not a delivery: their transitions have no final outcome
-in gold.deliveries, so they are sent again. Delivery is at least
+in gold.deliveries, so they are sent again, under the same delivery id and possibly an attempt number already
+used. Delivery is at least
 once; receivers de-duplicate on the delivery id (`<event_id>@<receiver>`), the same on every attempt, in
 the X-Isrwatch-Delivery header and the payload's `isrwatchDeliveryId` (docs/webhooks.md).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import re
@@ -46,15 +49,16 @@ from datetime import UTC, datetime
 from itertools import islice
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import urllib3
 
-from foundation import kill_points
+from foundation import kill_points, object_store
 from foundation.delta_io import KeptOpen, ensure_table, read_rows
 from foundation.journal import Journal
-from foundation.object_store import is_object_store
+from foundation.object_store import is_object_store, lake_filesystem
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.alertmanager import (
     ATTEMPT_HEADER,
@@ -403,11 +407,16 @@ class WebhookDispatcher:
 def intents_directory(lakehouse: str, dispatcher: str) -> Path:
     """Where a dispatcher journals its intents: beside a local lakehouse; for a lakehouse on an object store, which
     has no append-and-fsync, under this machine's state directory ($XDG_STATE_HOME, else ~/.local/state), in a folder
-    named after the lakehouse's URI (so a restart on this machine finds it, and two lakehouses never share one)."""
+    named after the lakehouse (its bucket and path, and a digest of those with the store's endpoint: `s3://` and
+    `s3a://` name the same one, two stores' same bucket and path do not), so a restart on this machine finds it."""
     if not is_object_store(lakehouse):
-        return Path(lakehouse) / "_webhook_intents" / dispatcher
+        return Path(lake_filesystem(lakehouse)[1]) / "_webhook_intents" / dispatcher
+    parts = urlsplit(lakehouse)
+    where = re.sub(r"/+", "/", f"{parts.netloc}/{parts.path}").strip("/")
+    digest = hashlib.sha256(f"{object_store.current().endpoint or 'aws'}|{where}".encode()).hexdigest()[:12]
     state = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-    return state / "isrwatch" / "webhook-intents" / re.sub(r"[^A-Za-z0-9._-]+", "_", lakehouse.rstrip("/")) / dispatcher
+    name = f"{re.sub(r'[^A-Za-z0-9._-]+', '_', where)}-{digest}"
+    return state / "isrwatch" / "webhook-intents" / name / dispatcher
 
 
 def _row(item: Pending, r: Receiver, attempt: int, outcome: str, status: int | None, error: str | None,

@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 
 from broker_emulator.scenario import parse_scenario
 from broker_emulator.simulation import Simulation
-from foundation.bronze_log import BronzeLogReader, LogGapError, log_versions, spark_arrow_schema
+from foundation.bronze_log import BronzeLogReader, LogGapError, data_files, log_versions, spark_arrow_schema
 from foundation.bronze_sink import DeltaSink
 from schemas.bronze import BROKER_METRICS, PARTITION_STATE
 from tests.lakes import LOSE_TWO
@@ -98,22 +98,51 @@ def test_files_rewritten_by_compaction_are_not_read_again(lake: str, tmp_path: P
     assert (batches, end) == ([], {PARTITION_STATE.name: before + 1})
 
 
-def test_commits_gone_from_the_log_are_refused_naming_the_table(lake: str, tmp_path: Path) -> None:
+def test_commits_gone_from_the_log_are_refused_naming_the_table_once_it_has_been_idle(
+        lake: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    import foundation.bronze_log as bronze_log
+
+    copy = str(tmp_path / "lakehouse")
+    shutil.copytree(lake, copy)
+    log = Path(PARTITION_STATE.path(copy)) / "_delta_log"
+    os.remove(log / f"{1:020d}.json")
+    os.remove(log / f"{2:020d}.json")
+    reader = BronzeLogReader(copy, TABLES, {}, 1000)
+    read_from = {**NONE_READ, PARTITION_STATE.name: 0}
+    # The next commit is missing: at first, as on any idle poll, nothing new; the log is not listed yet.
+    batches, end = _read(reader, read_from)
+    assert end[PARTITION_STATE.name] == 0 and _rows(batches, PARTITION_STATE.name).num_rows == 0
+    monkeypatch.setattr(bronze_log, "GAP_CHECK_S", 0.0)  # idle long enough: the log is listed
+    with pytest.raises(LogGapError, match=r"bronze\.partition_state: versions 1\.\.2 are gone"):
+        _read(reader, read_from)
+    # A replay names its commits: one gone is refused at once.
+    with pytest.raises(LogGapError, match=r"bronze\.partition_state: version 1 is gone"):
+        replayed = BronzeLogReader(copy, TABLES, {}, 1000)
+        list(replayed.readBetweenOffsets(read_from, {**read_from, PARTITION_STATE.name: 3}))
+
+
+def test_the_first_read_starts_at_the_oldest_commit_left_by_log_retention(lake: str, tmp_path: Path) -> None:
     import shutil
 
     copy = str(tmp_path / "lakehouse")
     shutil.copytree(lake, copy)
-    DeltaTable(PARTITION_STATE.path(copy)).create_checkpoint()  # log retention removes only what a checkpoint covers
     log = Path(PARTITION_STATE.path(copy)) / "_delta_log"
-    os.remove(log / f"{1:020d}.json")
-    os.remove(log / f"{2:020d}.json")
-    with pytest.raises(LogGapError, match=r"bronze\.partition_state: versions 1\.\.2 are gone"):
-        _read(BronzeLogReader(copy, TABLES, {}, 1000), {**NONE_READ, PARTITION_STATE.name: 0})
+    DeltaTable(PARTITION_STATE.path(copy)).create_checkpoint()
+    newest = log_versions(str(log.parent))[-1]
+    for v in range(3):
+        os.remove(log / f"{v:020d}.json")
+    batches, end = _read(BronzeLogReader(copy, TABLES, {}, 1000), NONE_READ)
+    assert end[PARTITION_STATE.name] == newest
+    assert sorted(set(_rows(batches, PARTITION_STATE.name).column("_version").to_pylist())) == \
+        [v for v in range(3, newest + 1) if data_files(str(log.parent), v)]
 
 
 def test_reads_after_a_known_version_open_each_new_commit_and_never_list_the_log(
         lake: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An idle poll costs one failed open per table, not a listing of a log that grows with the table."""
+    """An idle poll costs one failed open per table, not a listing of a log that grows with the table (listed only
+    after `GAP_CHECK_S` idle, to look for a gap)."""
     import foundation.bronze_log as bronze_log
 
     listings: list[str] = []

@@ -187,7 +187,14 @@ def test_webhook_intents_on_a_store_lakehouse_are_journaled_on_local_disk_and_fo
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     lake = on_store.uri("webhooks")
     journal = intents_directory(lake, "lane")
-    assert journal == tmp_path / "state" / "isrwatch" / "webhook-intents" / "s3a_lake_webhooks" / "lane"
+    assert journal.parent.parent == tmp_path / "state" / "isrwatch" / "webhook-intents" and journal.name == "lane"
+    assert journal.parent.name.startswith("lake_webhooks-")
+    # The same lakehouse however spelt; another path, or the same one on another store, elsewhere.
+    assert intents_directory(on_store.uri("webhooks", scheme="s3") + "/", "lane") == journal
+    assert intents_directory(on_store.uri("a/b"), "lane") != intents_directory(on_store.uri("a_b"), "lane")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
+    assert intents_directory(lake, "lane") != journal
+    monkeypatch.setenv("AWS_ENDPOINT_URL", on_store.endpoint)
     store(lake, events(3), 0)
     receiver = HttpReceiver().start()
     try:

@@ -314,7 +314,7 @@ def failing_after_delivery(job: str, batch: int) -> Iterator[None]:
 @contextlib.contextmanager
 def dying_before_record(batch: int) -> Iterator[None]:
     """The lane's record of `batch` is not written: once Spark has committed the batch, its writer fails, as the
-    process dying there would leave it (tests/alert/test_alert_lane_killed.py SIGKILLs the process; here the writer
+    process dying there would leave it (tests/alerts/test_alert_lane_killed.py SIGKILLs the process; here the writer
     raises)."""
     def kill() -> None:
         raise Killed(f"killed before recording batch {batch}")
