@@ -48,13 +48,15 @@ import yaml
 
 from bench.api_server import free_port
 from bench.batch_phases import breakdown
-from bench.bronze_tail import TAIL_EVERY_S, BronzeTail, Incident, Server
+from bench.bronze_tail import TAIL_EVERY_S, BronzeTail, Exporter, Incident
+from bench.emulator_process import DEFAULT_SCENARIO, start_emulator
 from bench.percentiles import percentile
 from bench.process_cpu import tree_cpu_seconds
 from jobs.progress_log import read_progress
+from tests.alerts.receiver import Receiver
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"
+SCENARIO = DEFAULT_SCENARIO
 RULES = ("UnderMinIsr", "UnderReplicated", "OfflinePartitions", "UncleanLeaderElection")
 PARTITION_RULES = ("UnderMinIsr", "UnderReplicated")
 WARM_UP_SEED = 4242
@@ -140,12 +142,6 @@ def peer(work: Path, exporter: str, receiver: str) -> Iterator[list[subprocess.P
                 p.kill()
         for log in logs:
             log.close()
-
-
-def _emulate(lake: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario", str(SCENARIO),
-                             "--lakehouse", lake, "--quiet", *args], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 @contextmanager
@@ -241,7 +237,7 @@ def score(incidents: list[Incident], arrivals: list[tuple[float, dict[str, Any]]
     return out
 
 
-def report(tail: BronzeTail, server: Server, measured_from: float) -> None:
+def report(tail: BronzeTail, receivers: dict[str, Receiver], measured_from: float) -> None:
     print(f"\n  {'rule':<22} {'incidents':>9}  {'system':<8} {'caught':>6} {'missed':>6} {'firing':>6} "
           f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'unmatched':>9}")
     pooled: dict[str, list[float]] = {"isrwatch": [], "peer": []}
@@ -249,7 +245,7 @@ def report(tail: BronzeTail, server: Server, measured_from: float) -> None:
         incidents = [i for i in tail.incidents if i.rule == rule]
         figures = {}
         for system in ("isrwatch", "peer"):
-            s = score(tail.incidents, server.arrivals.get(system, []), rule, measured_from)
+            s = score(tail.incidents, receivers[system].arrivals(), rule, measured_from)
             figures[system] = s
             pooled[system] += s.delays
             timing = (f"{statistics.median(s.delays):>6.2f} {percentile(s.delays, 95):>6.2f} {max(s.delays):>6.2f}"
@@ -283,18 +279,22 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="isrwatch-bench-alert-latency-"))
     lake = str(work / "lakehouse")
     tail = BronzeTail(lake)
-    server = Server(tail)
+    exporter = Exporter(tail)
+    receivers = {system: Receiver() for system in ("isrwatch", "peer")}
+    for receiver in receivers.values():
+        receiver.keep_alive = True  # as a receiver behind any HTTP server holds the connections POSTs reuse
+        receiver.start()
     stop = threading.Event()
     began = time.monotonic()
     try:
         print(f"warming up: a short emulator run (cluster -s{WARM_UP_SEED}), isrwatch's first micro-batches, "
               "Prometheus and Alertmanager ready", flush=True)
-        if _emulate(lake, "--seed", str(WARM_UP_SEED), "--duration", "60s").wait() != 0:
+        if start_emulator(lake, "--seed", str(WARM_UP_SEED), "--duration", "60s").wait() != 0:
             raise SystemExit("the warm-up emulator run failed")
         tail.skip_existing()
         threading.Thread(target=tail.run, args=(stop,), daemon=True).start()
-        with isrwatch(work, lake, server.url("isrwatch"), args.validate_trigger) as ours, \
-                peer(work, server.url("metrics"), server.url("peer")) as theirs:
+        with isrwatch(work, lake, receivers["isrwatch"].url, args.validate_trigger) as ours, \
+                peer(work, exporter.url("metrics"), receivers["peer"].url) as theirs:
             print(f"  ready in {time.monotonic() - began:.0f} s", flush=True)
             time.sleep(2)
             measured_from, measured_wall = time.monotonic(), time.time()
@@ -306,7 +306,7 @@ def main() -> None:
             for run in range(1, args.runs + 1):
                 started = time.monotonic()
                 extra = ("--duration", args.duration) if args.duration else ()
-                if _emulate(lake, "--seed", str(run), "--pace", "live", *extra).wait() != 0:
+                if start_emulator(lake, "--seed", str(run), "--pace", "live", *extra).wait() != 0:
                     raise SystemExit(f"emulator run {run} failed")
                 tail.check()
                 print(f"  run {run}/{args.runs} (cluster {SCENARIO.stem}-s{run}) written in "
@@ -316,7 +316,7 @@ def main() -> None:
             wall = time.monotonic() - measured_from
         print(f"\nbronze commit -> webhook POST, {args.runs} live run(s) of {SCENARIO.name} pooled, 2 cores shared "
               f"by the emulator, isrwatch (validate + alerts), Prometheus, Alertmanager and this process")
-        report(tail, server, measured_from)
+        report(tail, receivers, measured_from)
         breakdown(read_progress(work / "progress.jsonl"), measured_wall)
         # the rest's tree holds the other two: what is left is its own
         cpu[REST] -= sum(v for side, v in cpu.items() if side != REST)
@@ -329,7 +329,9 @@ def main() -> None:
                              + f"\nthe figures above are not valid; its log: {work / 'pipeline.log'} (--keep keeps it)")
     finally:
         stop.set()
-        server.http.shutdown()
+        exporter.http.shutdown()
+        for receiver in receivers.values():
+            receiver.stop()
         if args.keep:
             print(f"kept {work}")
         else:

@@ -18,7 +18,6 @@ Figures are printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -26,7 +25,6 @@ import sys
 import tempfile
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +35,9 @@ import yaml
 from deltalake import DeltaTable
 
 from bench.delta_log import new_commit_stats
+from bench.emulator_process import start_emulator
 from bench.percentiles import percentile
+from tests.alerts.receiver import Receiver
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLES = ["broker_metrics", "partition_state", "cluster_events", "ack_ledger", "topic_configs", "runs"]
@@ -150,34 +150,6 @@ def firings_per_alert(events: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values(["max", "rule"], ascending=[False, True], kind="stable")
 
 
-class _Arrivals:
-    """A webhook receiver recording when each alert arrived (monotonic clock of this process)."""
-
-    def __init__(self) -> None:
-        self.arrivals: list[tuple[float, dict[str, Any]]] = []
-        lock = threading.Lock()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                now = time.monotonic()
-                with lock:
-                    outer.arrivals += [(now, a) for a in json.loads(body)["alerts"]]
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
-
-
 def _utc(value: Any) -> pd.Timestamp:
     ts = pd.Timestamp(value)
     return ts.tz_convert("UTC") if ts.tzinfo else ts.tz_localize("UTC")
@@ -202,12 +174,6 @@ def _commit_times(lake: str, layer: str, stop: threading.Event, seen: list[tuple
         time.sleep(0.02)
 
 
-def _emulate(lake: str, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario",
-                             str(ROOT / "conf" / "scenarios" / "default.yaml"), "--lakehouse", lake, "--quiet",
-                             *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
 def latency(seconds: int) -> None:
     """Detection latency on a running pipeline: a short emulator run (another cluster) warms the queries up
     (their first micro-batch compiles the plans and builds the GE suites), then the default scenario runs at
@@ -217,13 +183,13 @@ def latency(seconds: int) -> None:
     from jobs.validate import start_validation
 
     lake = tempfile.mkdtemp(prefix="isrwatch-alert-latency-")
-    receiver = _Arrivals()
+    receiver = Receiver().start()
     raw = yaml.safe_load((ROOT / "conf" / "alerts.yaml").read_text())
     raw["receivers"] = [{"name": "bench", "url": receiver.url, "backoff_initial": "50ms"}]
     rules = Path(lake) / "alerts.yaml"
     rules.write_text(yaml.safe_dump(raw))
     began = time.monotonic()
-    assert _emulate(lake, "--seed", "4242", "--duration", "5s").wait() == 0
+    assert start_emulator(lake, "--seed", "4242", "--duration", "5s").wait() == 0
     spark = build_spark_session("isrwatch-alert-latency", master="local[2]")
     settings = load_settings(overrides={
         "lakehouse": lake, "validate.tables": TABLES, "validate.trigger_interval": "0 seconds",
@@ -236,7 +202,7 @@ def latency(seconds: int) -> None:
             raise RuntimeError(f"validate stopped: {validation.query.exception()}")
         time.sleep(0.1)
     warm_s = time.monotonic() - began
-    receiver.arrivals.clear()  # the warm-up cluster's alerts are not measured
+    receiver.clear()  # the warm-up cluster's alerts are not measured
     seen: list[tuple[float, pd.Timestamp]] = []
     seen_silver: list[tuple[float, pd.Timestamp]] = []
     stop = threading.Event()
@@ -244,7 +210,7 @@ def latency(seconds: int) -> None:
     threading.Thread(target=_commit_times, args=(lake, "silver", stop, seen_silver), daemon=True).start()
     time.sleep(0.5)  # the pollers have listed the warm-up commits
     measured_from = time.monotonic()
-    emulator = _emulate(lake, "--pace", "live", "--duration", f"{seconds}s")
+    emulator = start_emulator(lake, "--pace", "live", "--duration", f"{seconds}s")
     emulator.wait()
     time.sleep(20)  # let the last commits through
     batches = [p for p in validation.query.recentProgress if p["numInputRows"] > 0]
@@ -254,7 +220,9 @@ def latency(seconds: int) -> None:
     commits = sorted((t, ts) for t, ts in seen if t >= measured_from)
     silver = sorted((t, ts) for t, ts in seen_silver if t >= measured_from)
     delays, to_silver = [], []
-    for arrived, alert in receiver.arrivals:
+    arrivals = receiver.arrivals()
+    receiver.stop()
+    for arrived, alert in arrivals:
         if alert["status"] != "firing" or alert["labels"].get("cluster", "").endswith("-s4242"):
             continue
         breached = pd.Timestamp(alert["startsAt"])
@@ -264,7 +232,7 @@ def latency(seconds: int) -> None:
             delays.append(arrived - first)
             if validated is not None:
                 to_silver.append(validated - first)
-    firing = sum(a["status"] == "firing" for _, a in receiver.arrivals)
+    firing = sum(a["status"] == "firing" for _, a in arrivals)
     print(f"latency: default scenario at live pace for {seconds} s; validate (one query over {len(TABLES)} tables, "
           f"evaluating the rules on silver tables) live, 2 cores; warmed up first ({warm_s:.0f} s to its first batch)")
     if not delays:

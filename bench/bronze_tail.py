@@ -2,8 +2,8 @@
 
 Every 50 ms it reads each new commit of bronze partition_state, broker_metrics and runs (bench/delta_log.py, the
 commit's files read with pyarrow): the newest values become the gauges the exporter serves Prometheus, and each
-rule's condition, evaluated per commit, begins an incident where it turns true. `Server` is the exporter
-(GET /metrics) and both systems' webhook receiver (POST /isrwatch, POST /peer).
+rule's condition, evaluated per commit, begins an incident where it turns true. `Exporter` serves the gauges
+(GET /metrics); both systems POST to receivers of their own (tests/alerts/receiver.py).
 """
 
 from __future__ import annotations
@@ -134,19 +134,14 @@ class BronzeTail:
             raise RuntimeError(f"the bronze tail failed: {self.failed!r}") from self.failed
 
 
-# ---- HTTP: the exporter and the webhook receiver --------------------------------------------------------------
+# ---- HTTP: the exporter ---------------------------------------------------------------------------------------------
 
-class Server:
-    """The exporter (GET /metrics) and both systems' webhook receiver (POST /isrwatch, POST /peer)."""
+class Exporter:
+    """The peer's exporter: GET /metrics serves the tail's newest gauges."""
 
     def __init__(self, tail: BronzeTail) -> None:
-        self.arrivals: dict[str, list[tuple[float, dict[str, Any]]]] = {"isrwatch": [], "peer": []}
-        lock = threading.Lock()
-        outer = self
-
         class Handler(BaseHTTPRequestHandler):
-            # Kept-alive connections, as a receiver behind any HTTP server holds them: Prometheus' scrapes and both
-            # systems' POSTs reuse theirs (every response says its length).
+            # A kept-alive connection, as Prometheus holds one to an exporter (every response says its length).
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
@@ -156,16 +151,6 @@ class Server:
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                now = time.monotonic()
-                system = self.path.strip("/")
-                with lock:
-                    outer.arrivals.setdefault(system, []).extend((now, a) for a in json.loads(body)["alerts"])
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -36,18 +36,13 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from bench.delta_log import new_commit_stats
+from bench.emulator_process import DEFAULT_SCENARIO, start_emulator
 from bench.percentiles import percentile
 from foundation.delta_checksum import write_with_checksum
 from schemas.bronze import BROKER_METRICS, RUNS
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"
-
-
-def _emulate(lake: str, *extra: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "isrwatch.cli", "emulate", "--scenario", str(SCENARIO),
-                             "--lakehouse", lake, "--quiet", *extra], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+SCENARIO = DEFAULT_SCENARIO
 
 
 def _passthrough(spark: Any, source: str, sink: str, checkpoint: str, *, files_per_trigger: int,
@@ -71,7 +66,7 @@ def throughput(rows: int, files_per_trigger: list[int]) -> None:
 
     base = tempfile.mkdtemp(prefix="isrwatch-bench-")
     seed_lake = f"{base}/seed"
-    assert _emulate(seed_lake).wait() == 0
+    assert start_emulator(seed_lake).wait() == 0
     metrics = DeltaTable(BROKER_METRICS.path(seed_lake)).to_pyarrow_table()
     runs = DeltaTable(RUNS.path(seed_lake)).to_pyarrow_table()
     copies = max(1, rows // metrics.num_rows)
@@ -156,7 +151,7 @@ def _live_run(seconds: int, start: Callable[[Any, str], list[Any]], sink: str) -
     from foundation.spark import build_spark_session
 
     lake = tempfile.mkdtemp(prefix="isrwatch-bench-live-")
-    emulator = _emulate(lake, "--pace", "live", "--duration", f"{seconds}s")
+    emulator = start_emulator(lake, "--pace", "live", "--duration", f"{seconds}s")
     spark = build_spark_session("isrwatch-bench-live", master="local[2]")
     poller = CommitPoller({"bronze": BROKER_METRICS.path(lake), "sink": f"{lake}/{sink}"})
     queries = start(spark, lake)

@@ -13,12 +13,11 @@ from typing import Any
 
 import pytest
 
-from broker_emulator.scenario import load_scenario, parse_scenario
-from broker_emulator.simulation import Simulation
-from foundation.bronze_sink import DeltaSink
+from broker_emulator.scenario import load_scenario
 from foundation.settings import load_settings
 from jobs.posture import start_posture
 from jobs.slo import start_slo
+from tests.emulated import emulate_into
 from tests.pipeline.test_validate import validate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -46,16 +45,15 @@ def lose_two_bronze(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path
     """The cluster losing two of its three brokers, 45 s of it in bronze (its faults end 35 s in: the rest leaves
     their alerts time to resolve)."""
     lake = tmp_path_factory.mktemp(name) / "lakehouse"
-    Simulation(parse_scenario({**LOSE_TWO, "duration": "45s"}, "<test>"), DeltaSink(str(lake), "lose-two-s3")).run()
+    emulate_into(str(lake), {**LOSE_TWO, "duration": "45s"}, "lose-two-s3")
     return lake
 
 
 def build_silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
     lake = str(tmp_path_factory.mktemp("alerts") / "lakehouse")
     for raw, run_id in ((HEALTHY, "healthy-s3"), (LOSE_TWO, "lose-two-s3")):
-        Simulation(parse_scenario(raw, "<test>"), DeltaSink(lake, run_id)).run()
-    unclean = load_scenario(ROOT / "conf/scenarios/unclean-election-loses-d-and-e.yaml")
-    Simulation(unclean, DeltaSink(lake, UNCLEAN)).run()
+        emulate_into(lake, raw, run_id)
+    emulate_into(lake, load_scenario(ROOT / "conf/scenarios/unclean-election-loses-d-and-e.yaml"), UNCLEAN)
     # A few files per silver table, so a job reading one file per trigger sees several micro-batches.
     validate(spark, lake, TABLES, **{"validate.max_files_per_trigger": 4})
     run_gold_jobs(spark, lake)

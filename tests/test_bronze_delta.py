@@ -12,6 +12,7 @@ from broker_emulator.simulation import Simulation
 from foundation.bronze_sink import DeltaSink
 from schemas.bronze import BRONZE_TABLES, PARTITION_STATE, RUNS
 from schemas.spark import to_spark_schema
+from tests.emulated import emulate_into
 
 SCENARIO = {
     "name": "bronze-test", "seed": 3, "duration": "20s", "flush_every_intervals": 5,
@@ -23,9 +24,7 @@ SCENARIO = {
 }
 
 
-def _emulate(lakehouse: str) -> dict:
-    sc = parse_scenario(SCENARIO, "<test>")
-    return Simulation(sc, DeltaSink(lakehouse, "bronze-test-s3")).run()
+RUN_ID = "bronze-test-s3"
 
 
 def _counts(lakehouse: str) -> dict[str, int]:
@@ -33,14 +32,14 @@ def _counts(lakehouse: str) -> dict[str, int]:
 
 
 def test_rerunning_a_run_appends_nothing(lakehouse: str) -> None:
-    _emulate(lakehouse)
+    emulate_into(lakehouse, SCENARIO, RUN_ID)
     first = _counts(lakehouse)
     assert first["partition_state"] == 4 * 20
     assert first["runs"] == 5  # flushes at 5, 10, 15, 20 s and the final batch (final=true)
-    _emulate(lakehouse)  # the same run again: every batch is already committed
+    emulate_into(lakehouse, SCENARIO, RUN_ID)  # the same run again: every batch is already committed
     assert _counts(lakehouse) == first
     versions = {td.name: DeltaTable(td.path(lakehouse)).version() for td in BRONZE_TABLES}
-    _emulate(lakehouse)
+    emulate_into(lakehouse, SCENARIO, RUN_ID)
     assert {td.name: DeltaTable(td.path(lakehouse)).version() for td in BRONZE_TABLES} == versions
 
 
@@ -54,7 +53,7 @@ def test_a_batch_with_the_wrong_schema_is_refused(lakehouse: str) -> None:
 
 @pytest.mark.spark
 def test_delta_spark_reads_every_bronze_table(spark, lakehouse: str) -> None:  # type: ignore[no-untyped-def]
-    _emulate(lakehouse)
+    emulate_into(lakehouse, SCENARIO, RUN_ID)
     for td in BRONZE_TABLES:
         df = spark.read.format("delta").load(td.path(lakehouse))
         expected = to_spark_schema(td.arrow_schema)
@@ -88,7 +87,7 @@ def test_an_existing_table_with_other_columns_is_refused_and_kept(lakehouse: str
     old = pa.table({"run_id": ["old"], "batch_id": [0]})
     write_deltalake(BROKER_METRICS.path(lakehouse), old)
     with pytest.raises(SinkSchemaError, match=r"bronze\.broker_metrics at .* has columns \['run_id', 'batch_id'\]"):
-        _emulate(lakehouse)
+        emulate_into(lakehouse, SCENARIO, RUN_ID)
     assert DeltaTable(BROKER_METRICS.path(lakehouse)).to_pyarrow_table().to_pylist() == [{"run_id": "old",
                                                                                           "batch_id": 0}]
     assert not os.path.exists(RUNS.path(lakehouse))  # checked before anything of the batch was written

@@ -12,11 +12,9 @@ import pyarrow.compute as pc
 import pytest
 from deltalake import DeltaTable
 
-from broker_emulator.scenario import parse_scenario
-from broker_emulator.simulation import Simulation
 from foundation.bronze_log import BronzeLogReader, LogGapError, data_files, log_versions, spark_arrow_schema
-from foundation.bronze_sink import DeltaSink
 from schemas.bronze import BROKER_METRICS, PARTITION_STATE
+from tests.emulated import emulate_into
 from tests.lakes import LOSE_TWO
 
 TABLES = [PARTITION_STATE, BROKER_METRICS]
@@ -27,8 +25,7 @@ NONE_READ = {td.name: -1 for td in TABLES}
 def lake(tmp_path_factory: pytest.TempPathFactory) -> str:
     path = str(tmp_path_factory.mktemp("bronze-log") / "lakehouse")
     # A commit per table every emulated second.
-    Simulation(parse_scenario({**LOSE_TWO, "duration": "6s", "flush_every_intervals": 1}, "<test>"),
-               DeltaSink(path, "lose-two-s3")).run()
+    emulate_into(path, {**LOSE_TWO, "duration": "6s", "flush_every_intervals": 1}, "lose-two-s3")
     return path
 
 

@@ -24,11 +24,8 @@ import pyarrow as pa
 import pytest
 from deltalake.exceptions import DeltaError
 
-from broker_emulator.scenario import parse_scenario
-from broker_emulator.simulation import Simulation
 from collector.collect_loop import CollectSettings
 from foundation import object_store
-from foundation.bronze_sink import DeltaSink
 from foundation.delta_io import AppVersions, ensure_table, read_rows
 from foundation.object_store import ObjectStore, storage_options
 from foundation.settings import SettingsError, load_settings
@@ -50,6 +47,7 @@ from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 from spark_cluster_fixture import StandaloneCluster, master_command, worker_command
 from tests.api.server import TOKEN, serve, stop
+from tests.emulated import emulate_into
 from tests.lakes import LOSE_TWO
 from tests.pipeline.test_validate import validate
 
@@ -112,7 +110,7 @@ def on_store(s3: S3Proxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Proxy]:
 @pytest.fixture(scope="module")
 def local_lake(tmp_path_factory: pytest.TempPathFactory) -> str:
     lake = str(tmp_path_factory.mktemp("local") / "lakehouse")
-    Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
+    emulate_into(lake, LOSE_TWO, RUN_ID)
     return lake
 
 
@@ -124,7 +122,7 @@ def _sorted_rows(td: TableDef, lake: str) -> list[tuple[Any, ...]]:
 def test_the_emulator_writes_bronze_to_the_store_and_the_api_reader_and_isrwatch_sql_read_it(
         on_store: S3Proxy, local_lake: str) -> None:
     lake = on_store.uri("emulated")
-    Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
+    emulate_into(lake, LOSE_TWO, RUN_ID)
     # Through the store: the objects are under the server's folder for the bucket, not on a local path.
     assert (on_store.folder / "data" / "lake" / "emulated" / "bronze" / "runs" / "_delta_log").is_dir()
     for td in BRONZE_TABLES:
@@ -296,7 +294,7 @@ def cluster_runs(spark: Any, s3: S3Proxy, local_lake: str, tmp_path_factory: pyt
 def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: str, tmp_path: Path) -> ClusterRuns:
     """The cluster's run, then the local one (the test below says what they are)."""
     lake = on_store.uri("cluster")
-    Simulation(parse_scenario(LOSE_TWO, "<test>"), DeltaSink(lake, RUN_ID)).run()
+    emulate_into(lake, LOSE_TWO, RUN_ID)
     events = tmp_path / "event-logs"
     events.mkdir()
     submit = [sys.executable, "-m", "isrwatch.cli", "submit"]

@@ -1,4 +1,4 @@
-"""A real webhook receiver for the tests: an HTTP server on 127.0.0.1 that records every POST."""
+"""The one webhook receiver of the tests and the benches: an HTTP server on 127.0.0.1 that records every POST."""
 
 from __future__ import annotations
 
@@ -41,6 +41,7 @@ class Receiver:
 
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                arrived = time.monotonic()
                 with outer.lock:
                     outer.in_flight += 1
                     outer.most_in_flight = max(outer.most_in_flight, outer.in_flight)
@@ -50,7 +51,8 @@ class Receiver:
                     status = outer.answers.pop(0) if outer.answers else 200
                     outer.requests.append({"headers": dict(self.headers), "body": body,
                                            "json": json.loads(body), "status": status,
-                                           "client_port": self.client_address[1], "at": time.time()})
+                                           "client_port": self.client_address[1], "at": time.time(),
+                                           "arrived": arrived})
                     n = len(outer.requests)
                     outer.got.notify_all()
                 self.send_response(status)
@@ -77,6 +79,15 @@ class Receiver:
         with self.got:
             self.got.wait_for(lambda: len(self.requests) >= n, timeout)
             return list(self.requests)
+
+    def arrivals(self) -> list[tuple[float, dict[str, Any]]]:
+        """Every alert POSTed, with when its POST arrived (this process's monotonic clock), in arrival order."""
+        with self.lock:
+            return [(r["arrived"], a) for r in self.requests for a in r["json"]["alerts"]]
+
+    def clear(self) -> None:
+        with self.lock:
+            self.requests.clear()
 
     def delivered(self) -> list[dict[str, Any]]:
         with self.lock:

@@ -11,10 +11,8 @@ import pyarrow as pa
 import yaml
 from deltalake import DeltaTable, write_deltalake
 
-from broker_emulator.scenario import parse_scenario
-from broker_emulator.simulation import Simulation
-from foundation.bronze_sink import DeltaSink
 from schemas.table import TableDef
+from tests.emulated import emulate_into
 
 RUN_ID = "pipeline-test-s5"
 SCENARIO: dict[str, Any] = {
@@ -42,7 +40,7 @@ def gold_rules_only() -> str:
 
 
 def emulate(lakehouse: str, **overrides: Any) -> dict[str, Any]:
-    return Simulation(parse_scenario({**SCENARIO, **overrides}, "<test>"), DeltaSink(lakehouse, RUN_ID)).run()
+    return emulate_into(lakehouse, {**SCENARIO, **overrides}, RUN_ID)
 
 
 def rows(td: TableDef, lakehouse: str) -> list[dict[str, Any]]:
