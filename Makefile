@@ -39,7 +39,7 @@ $(LOCAL_FS_JAR): jvm/local-fs/src/isrwatch/hadoop/NioLocalFileSystem.java $(STAM
 	@jar cf $@ -C jvm/local-fs/classes isrwatch
 
 # A real Apache Kafka (broker, storage tool, log4j2) and the Prometheus JMX exporter agent for the collector's
-# tests (kafka_fixture/), fetched like the Delta jars; only the targets that start a broker need them.
+# tests (testing/kafka/), fetched like the Delta jars; only the targets that start a broker need them.
 kafka-jars: $(STAMPS)/kafka-jars
 $(STAMPS)/kafka-jars: jvm/kafka/pom.xml
 	@mkdir -p $(STAMPS)
@@ -51,7 +51,7 @@ $(STAMPS)/kafka-jars: jvm/kafka/pom.xml
 
 # Spark's S3A connector (hadoop-aws for the Hadoop inside pyspark, and only the AWS SDK modules it loads), for
 # lakehouses on an object store, and s3proxy, the S3-compatible server on loopback the tests and the cluster
-# demo write to (foundation/object_store.py, object_store_fixture/).
+# demo write to (foundation/object_store.py, testing/s3proxy.py).
 s3-jars: $(STAMPS)/s3-jars
 $(STAMPS)/s3-jars: jvm/s3/pom.xml jvm/s3proxy/pom.xml
 	@mkdir -p $(STAMPS)
@@ -129,12 +129,12 @@ demo: venv jars $(PLOTLY_BUNDLE)
 	  else kill $$server; wait $$server 2>/dev/null; echo "isrwatch demo: done (not a terminal, so the server" \
 	    "stopped; '.venv/bin/isrwatch serve' serves the dashboards again)"; fi
 
-# The same pipeline, API and receiver on a real Kafka 4.3.1 cluster (kafka_fixture/: 1 controller + 3 brokers on
+# The same pipeline, API and receiver on a real Kafka 4.3.1 cluster (testing/kafka/: 1 controller + 3 brokers on
 # 127.0.0.1) watched by `isrwatch collect`: a producer workload, a broker stalled (SIGSTOP) for 40 s, another killed
 # and restarted, then a SQL summary; about 4 minutes. Ctrl-C stops every process and JVM it started
 # (docs/collector.md). Its lakehouse is lakehouse-kafka/, emptied at the start.
 demo-kafka: venv jars kafka-jars $(PLOTLY_BUNDLE)
-	@$(PY) -m kafka_fixture.demo --port $(DEMO_PORT)
+	@$(PY) -m testing.kafka.demo --port $(DEMO_PORT)
 
 # Two workers, one per core (a third only adds contention: the suite is CPU-bound). A test file is one group
 # (tests/conftest.py), started in the order conftest gives, heaviest first (--no-loadscope-reorder: xdist would
@@ -179,7 +179,7 @@ bench-fidelity: venv jars kafka-jars
 	$(PY) bench/fidelity.py --check
 
 # Validate's executor route per micro-batch size (100k to 10M rows), local and on a Spark standalone cluster
-# (spark_cluster_fixture/), then a worker killed mid-batch (docs/cluster.md). Not part of `bench`: about 20 min.
+# (testing/spark_standalone.py), then a worker killed mid-batch (docs/cluster.md). Not part of `bench`: about 20 min.
 bench-batch-sizes: venv jars
 	$(PY) bench/batch_sizes.py
 

@@ -47,7 +47,7 @@ from jobs.validate_routes import SOURCE_STEP
 from schemas.bronze import BROKER_METRICS, RUNS
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from schemas.silver import DQ_RUNS, SILVER_TABLES
-from spark_cluster_fixture import StandaloneCluster
+from testing.spark_standalone import StandaloneCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "conf" / "scenarios" / "default.yaml"

@@ -3,7 +3,7 @@ shows in bronze.
 
     .venv/bin/python bench/collect.py [--partitions 3000] [--intervals 60] [--faults 2] [--heap 512m]
 
-On the fixture cluster (kafka_fixture: a real Kafka 4.3.1, 1 KRaft controller + 3 brokers on loopback, each
+On the fixture cluster (testing/kafka/: a real Kafka 4.3.1, 1 KRaft controller + 3 brokers on loopback, each
 node with the Prometheus JMX exporter agent), with `--topics` topics of `--partitions` partitions in all at
 RF 3 (no canary unless `--canary`), one `Collector` writes to a fresh lakehouse, stepping once per
 `--interval` in a thread as `isrwatch collect` does. The bench measures:
@@ -62,7 +62,7 @@ from bench.collect_cluster import (
 )
 from bench.percentiles import percentile
 from collector.collect_loop import Collector, CollectSettings
-from kafka_fixture import KafkaCluster
+from testing.kafka import KafkaCluster
 
 INTERVAL_TARGET_P95_MS = 250.0
 FAULT_SLACK_S = 1.5

@@ -18,8 +18,8 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from collector.cluster_view import METADATA_VERSION
 from collector.kafka_wire import BrokerConnection, BrokerUnavailable
 from foundation.delta_io import read_rows
-from kafka_fixture import KafkaCluster
 from schemas.bronze import CLUSTER_EVENTS, RUNS
+from testing.kafka import KafkaCluster
 
 
 def log(msg: str) -> None:

@@ -285,7 +285,7 @@ def run_real(plan: Plan, workdir: Path, log: Any) -> Outcome:
     from confluent_kafka.admin import NewTopic
 
     from collector.collect_loop import Collector, CollectSettings
-    from kafka_fixture import KafkaCluster
+    from testing.kafka import KafkaCluster
 
     cluster = KafkaCluster(workdir / "kafka", brokers=3)
     restarts: list[threading.Thread] = []

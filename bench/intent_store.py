@@ -32,8 +32,8 @@ from bench.percentiles import percentile
 from foundation import object_store
 from foundation.delta_io import KeptOpen, ensure_table
 from foundation.journal import Journal
-from object_store_fixture import S3Proxy
 from schemas.gold import DELIVERIES
+from testing.s3proxy import S3Proxy
 
 
 def intents(n: int, offset: int) -> pa.Table:

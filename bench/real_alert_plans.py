@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from bench.real_alert_truth import ClusterHistory, Fault
-from kafka_fixture import KafkaCluster
+from testing.kafka import KafkaCluster
 
 ORDERS, AUDIT, TELEMETRY = "orders", "audit", "telemetry"
 

@@ -3,7 +3,7 @@ fault and after Kafka's own fence, what was missed, what was still firing a minu
 
     .venv/bin/python bench/real_alerts.py [--exporter isrwatch|strimzi] [--runs 2] [--plans NAME,...]
 
-The fixture cluster (kafka_fixture: Kafka 4.3.1, 1 KRaft controller + 3 brokers on loopback, racks r1-r3,
+The fixture cluster (testing/kafka/: Kafka 4.3.1, 1 KRaft controller + 3 brokers on loopback, racks r1-r3,
 replica.lag.time.max.ms 5 s so that a follower stalled for less than the 9 s session timeout leaves the ISR by its
 leader's decision, as a slow disk or network makes it do), each node exporting its metrics through the JMX
 exporter agent under `--exporter`'s rules (the project's conf/jmx_exporter.yaml, or Strimzi's kafka-metrics.yaml
@@ -45,9 +45,9 @@ from bench.percentiles import percentile
 from bench.real_alert_plans import AUDIT, ORDERS, PLANS, TELEMETRY, PlanContext
 from bench.real_alert_truth import ClusterHistory, Expected, Fault, expected_alerts
 from jobs.progress_log import read_progress
-from kafka_fixture.cluster import JMX_EXPORTER_CONFIG, KafkaCluster
-from kafka_fixture.demo import Workload, evaluated_until_ms
-from kafka_fixture.processes import ROOT, Child, DemoError, wait_for
+from testing.kafka.cluster import JMX_EXPORTER_CONFIG, KafkaCluster
+from testing.kafka.demo import Workload, evaluated_until_ms
+from testing.kafka.processes import ROOT, Child, DemoError, wait_for
 from tests.alerts.receiver import Receiver
 
 CANARY_TOPIC = "__isrwatch_canary"

@@ -36,7 +36,6 @@ from jobs.slo import start_slo
 from jobs.step_clock import parse_steps
 from jobs.validate_routes import ROUTE_STEPS, SOURCE_STEP
 from lakehouse_read.reader import LakehouseReader
-from object_store_fixture import S3Proxy
 from pipelines.alert_rules import AlertConfig, Receiver
 from pipelines.webhook_delivery import WebhookDispatcher, intents_directory
 from schemas.api_tables import SILENCES
@@ -45,7 +44,8 @@ from schemas.gold import ALERT_EVENTS, ALERTS, DELIVERIES
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
-from spark_cluster_fixture import StandaloneCluster, master_command, worker_command
+from testing.s3proxy import S3Proxy
+from testing.spark_standalone import StandaloneCluster, master_command, worker_command
 from tests.api.server import TOKEN, serve, stop
 from tests.emulated import emulate_into
 from tests.lakes import LOSE_TWO

@@ -9,7 +9,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from collector.canary_state import decode_value
 from collector.canary_topic import quiet_librdkafka_logger
-from kafka_fixture import KafkaCluster
+from testing.kafka import KafkaCluster
 
 
 def read_log(cluster: KafkaCluster, topic: str, partitions: list[int], instance_id: str) -> dict[int, dict[int, int]]:

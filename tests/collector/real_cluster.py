@@ -11,7 +11,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from collector.collect_loop import Collector
-from kafka_fixture import KafkaCluster
+from testing.kafka import KafkaCluster
 
 TOPIC = "orders"
 

@@ -1,4 +1,4 @@
-"""collector.canary against a real Kafka 4.3.1 cluster (kafka_fixture); its ledger alone is test_canary_ledger.py.
+"""collector.canary against a real Kafka 4.3.1 cluster (testing/kafka/); its ledger alone is test_canary_ledger.py.
 
 One cluster serves the module (1 KRaft controller, brokers 1-3, replica.lag.time.max.ms 3000; the controller
 keeps its default broker.session.timeout.ms of 9 s, the fixture passing broker_config to brokers only); each
@@ -32,7 +32,7 @@ from collector.canary_topic import (
     quiet_librdkafka_logger,
     wall_ms,
 )
-from kafka_fixture import KafkaCluster
+from testing.kafka import KafkaCluster
 from tests.collector.kafka_logs import read_log
 from tests.collector.real_cluster import started
 

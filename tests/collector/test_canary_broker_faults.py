@@ -1,4 +1,4 @@
-"""The canary under broker faults on a real Kafka 4.3.1 cluster (kafka_fixture), through `isrwatch collect`.
+"""The canary under broker faults on a real Kafka 4.3.1 cluster (testing/kafka/), through `isrwatch collect`.
 
 One collector run with its canary serves the module's tests (issue 39): every broker in turn is killed (SIGKILL)
 and restarted, then every broker in turn is SIGSTOPped for 14 s, over twice the session timeout, then broker 1 for
@@ -33,8 +33,8 @@ from collector.canary_state import CanaryInterval
 from collector.canary_topic import CanaryConfig, quiet_librdkafka_logger, wall_ms
 from collector.collect_loop import Collector, CollectSettings
 from foundation.delta_io import read_rows
-from kafka_fixture import KafkaCluster
 from schemas.bronze import ACK_LEDGER
+from testing.kafka import KafkaCluster
 from tests.collector.real_cluster import Running, leaders_of, started, wait_for
 
 TOPIC = "canary-faults"

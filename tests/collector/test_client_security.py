@@ -27,7 +27,7 @@ from collector.client_properties import (
 from collector.client_security import ClientSecurity, SaslMechanism, SecurityProtocol
 from collector.oauth_token import ClientCredentialsTokenProvider, OAuthClientCredentials
 from collector.security_errors import SecurityConfigError, SecurityHandshakeError
-from kafka_fixture.certificates import IssuedCertificate, TestCertificateAuthority
+from testing.kafka.certificates import IssuedCertificate, TestCertificateAuthority
 from tests.collector.token_endpoint import TokenEndpoint
 
 PASSWORD = "s3cret-Pa55word"

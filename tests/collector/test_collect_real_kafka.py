@@ -1,4 +1,4 @@
-"""`isrwatch collect` against a real Kafka 4.3 cluster (kafka_fixture), through validate and the alerts job.
+"""`isrwatch collect` against a real Kafka 4.3 cluster (testing/kafka/), through validate and the alerts job.
 
 One cluster for the module: 1 controller + 3 brokers on loopback, replica.lag.time.max.ms 3 s so a stalled
 follower leaves the ISR within seconds. The collector runs in a thread while the test stalls and kills
@@ -32,12 +32,12 @@ from collector.canary_topic import CanaryConfig
 from collector.collect_loop import Collector, CollectSettings
 from foundation import object_store
 from foundation.delta_io import read_rows
-from kafka_fixture import KafkaCluster
-from object_store_fixture import S3Proxy
 from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from schemas.gold import ALERT_EVENTS
 from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
+from testing.kafka import KafkaCluster
+from testing.s3proxy import S3Proxy
 from tests.alerts.test_alerts_job import run_in_process
 from tests.collector.kafka_logs import read_log
 from tests.collector.real_cluster import TOPIC, Load, Running, isr_of, leaders_of, wait_for

@@ -35,10 +35,10 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from collector.client_properties import security_from_file, security_from_properties
 from collector.kafka_wire import BrokerConnection, BrokerSecurityError, BrokerUnavailable
 from foundation.delta_io import read_rows
-from kafka_fixture import KafkaCluster
-from kafka_fixture.certificates import TestCertificateAuthority
-from kafka_fixture.cluster import MTLS_LISTENER, SASL_SSL_LISTENER, SecureListeners
 from schemas.bronze import ACK_LEDGER, BRONZE_TABLES, PARTITION_STATE, RUNS
+from testing.kafka import KafkaCluster
+from testing.kafka.certificates import TestCertificateAuthority
+from testing.kafka.cluster import MTLS_LISTENER, SASL_SSL_LISTENER, SecureListeners
 from tests.collector.token_endpoint import ClientCredentialsIssuer, TokenEndpoint
 
 ROOT = Path(__file__).resolve().parents[2]

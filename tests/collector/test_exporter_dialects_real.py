@@ -1,4 +1,4 @@
-"""The exporter namings against a real Kafka 4.3 cluster (kafka_fixture): one broker and the active controller read
+"""The exporter namings against a real Kafka 4.3 cluster (testing/kafka/): one broker and the active controller read
 at once through the JMX exporter agent with conf/jmx_exporter.yaml and through three standalone exporters over
 remote JMX with Strimzi's, Confluent's and the default rules (tests/collector/data/*.yaml), by `isrwatch collect`.
 
@@ -24,10 +24,10 @@ from confluent_kafka.admin import NewTopic
 from collector.collect_loop import Collector, CollectSettings
 from collector.metrics_scrape import parse_exposition
 from foundation.delta_io import read_rows
-from kafka_fixture import KafkaCluster
-from kafka_fixture.cluster import CONTROLLER_ID
 from pipelines.rule_metrics import metrics_read_by_rules_file
 from schemas.bronze import BROKER_METRICS, METRICS_COVERAGE, ExporterRules
+from testing.kafka import KafkaCluster
+from testing.kafka.cluster import CONTROLLER_ID
 from tests.collector.data.record_dialects import RULES, TOPIC, not_leader_errors
 from tests.collector.real_cluster import wait_for
 

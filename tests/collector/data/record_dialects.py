@@ -3,9 +3,9 @@ of a real Kafka 4.3.1 cluster, each scraped under the four exporter namings isrw
 
     .venv/bin/python tests/collector/data/record_dialects.py [--out tests/collector/data] [--raw DIR]
 
-The fixture cluster (kafka_fixture: 1 KRaft controller, node 3000, and brokers 1 and 2) runs the JMX exporter
+The fixture cluster (testing/kafka/: 1 KRaft controller, node 3000, and brokers 1 and 2) runs the JMX exporter
 agent with conf/jmx_exporter.yaml on every node, and on broker 1 and the controller three more exporters as
-processes of their own over remote JMX (kafka_fixture.cluster.StandaloneExporter), with the rules beside this
+processes of their own over remote JMX (testing.kafka.cluster.StandaloneExporter), with the rules beside this
 file: Strimzi's (strimzi-kafka-metrics.yaml), Confluent's (confluent-kafka-broker.yml) and the exporter's default
 naming (agent-default.yaml). Before the scrapes: 300 records produced to `scrape-meters` (4 partitions, RF 2) and
 three Produce requests sent to broker 1 for a partition broker 2 leads (NOT_LEADER_OR_FOLLOWER), then the
@@ -35,9 +35,9 @@ from kafka.record.memory_records import MemoryRecordsBuilder
 
 from collector.kafka_wire import BrokerConnection
 from collector.metrics_scrape import parse_exposition
-from kafka_fixture import KafkaCluster
-from kafka_fixture.cluster import CONTROLLER_ID
 from schemas.bronze import ExporterRules
+from testing.kafka import KafkaCluster
+from testing.kafka.cluster import CONTROLLER_ID
 
 DATA = Path(__file__).resolve().parent
 RULES = {"strimzi": DATA / "strimzi-kafka-metrics.yaml", "confluent": DATA / "confluent-kafka-broker.yml",

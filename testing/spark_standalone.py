@@ -20,7 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from object_store_fixture import free_port
+from testing.s3proxy import free_port
 
 SPARK_CLASS = Path(sys.executable).parent / "spark-class"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"

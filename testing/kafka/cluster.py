@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from collector.canary_topic import quiet_librdkafka_logger
-from kafka_fixture.certificates import IssuedCertificate
-from kafka_fixture.processes import own_group_dying_with_parent, reap
+from testing.kafka.certificates import IssuedCertificate
+from testing.kafka.processes import own_group_dying_with_parent, reap
 
 # Each JVM in its own process group (signals to the test runner's group do not reach it twice), SIGKILLed when the
 # Python process that started it dies, so no JVM outlives a killed test run.
@@ -35,7 +35,7 @@ _JVM_PREEXEC = own_group_dying_with_parent(signal.SIGKILL)
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
 
-JARS_DIR = Path(__file__).resolve().parent.parent / "jvm" / "kafka" / "jars"
+JARS_DIR = Path(__file__).resolve().parents[2] / "jvm" / "kafka" / "jars"
 CONTROLLER_ID = 3000   # the node id the emulator also records controller metrics under
 
 
@@ -66,7 +66,7 @@ def free_port() -> int:
 # The exporter's rules, also shipped as conf/jmx_exporter.yaml for a real cluster: every Kafka meter and gauge as
 # `kafka_<domain>_<type>_<name>` with the MBean's other keys (topic, request, error, ...) as labels and the JMX
 # attribute (Count or Value) as `attribute`. The collector maps these names back to MBean names.
-JMX_EXPORTER_CONFIG = (Path(__file__).resolve().parent.parent / "conf" / "jmx_exporter.yaml")
+JMX_EXPORTER_CONFIG = (Path(__file__).resolve().parents[2] / "conf" / "jmx_exporter.yaml")
 
 LOG4J2_CONFIG = """\
 status = error

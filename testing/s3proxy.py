@@ -31,7 +31,7 @@ class ObjectStoreFixtureError(RuntimeError):
 
 
 def free_port() -> int:
-    """A loopback port nobody listens on now (the servers here and in spark_cluster_fixture take one)."""
+    """A loopback port nobody listens on now (the servers here and in testing/spark_standalone.py take one)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

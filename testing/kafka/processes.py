@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ISRWATCH = [sys.executable, "-m", "isrwatch.cli"]
 _PR_SET_PDEATHSIG = 1
 

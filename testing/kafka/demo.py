@@ -1,6 +1,6 @@
 """`make demo-kafka`: isrwatch watching a real Kafka cluster through a stalled broker and a crashed one.
 
-    .venv/bin/python -m kafka_fixture.demo [--lakehouse lakehouse-kafka] [--port 8080] [--stall 50] [--down 20]
+    .venv/bin/python -m testing.kafka.demo [--lakehouse lakehouse-kafka] [--port 8080] [--stall 50] [--down 20]
 
 Starts `isrwatch webhook-receiver` (it prints the alerts as they arrive), `isrwatch serve` and `isrwatch pipeline
 run --trigger live` over one lakehouse, and the fixture's Kafka 4.3.1 cluster (1 controller + 3 brokers on
@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from collector.canary_topic import wall_ms
-from kafka_fixture.cluster import KafkaCluster, KafkaFixtureError
-from kafka_fixture.processes import ISRWATCH, ROOT, Child, DemoError, hold, port_free, wait_for
+from testing.kafka.cluster import KafkaCluster, KafkaFixtureError
+from testing.kafka.processes import ISRWATCH, ROOT, Child, DemoError, hold, port_free, wait_for
 
 RECEIVER_PORT = 9095  # conf/alerts.yaml's receiver
 PREFIX = "isrwatch demo-kafka:"
@@ -306,7 +306,7 @@ def run(args: argparse.Namespace, children: dict[str, Child], cluster: KafkaClus
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kafka_fixture.demo", description=__doc__.split("\n\n")[0],
+    ap = argparse.ArgumentParser(prog="python -m testing.kafka.demo", description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     ap.add_argument("--lakehouse", default="lakehouse-kafka", help="lakehouse root (emptied at the start)")
     ap.add_argument("--port", type=int, default=int(os.environ.get("ISRWATCH_DEMO_PORT", "8080")),

@@ -1,5 +1,5 @@
 """A real Apache Kafka cluster on loopback for the collector's tests, bench and demo (not part of the product)."""
 
-from kafka_fixture.cluster import KafkaCluster, KafkaFixtureError
+from testing.kafka.cluster import KafkaCluster, KafkaFixtureError
 
 __all__ = ["KafkaCluster", "KafkaFixtureError"]
