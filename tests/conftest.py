@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -81,3 +82,24 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             and "@" not in session.items[0].nodeid:
         raise pytest.UsageError("xdist --dist loadgroup did not group the tests (pytest and pytest-xdist versions "
                                 "that do not work together?): see pyproject.toml's pins")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """An S3-compatible store on loopback (testing/s3proxy.py), one per test module that asks."""
+    from testing.s3proxy import S3Proxy
+
+    with S3Proxy(tmp_path_factory.mktemp("s3proxy")) as server:
+        yield server
+
+
+@pytest.fixture
+def on_store(s3: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """This process pointed at the store the way a user points theirs: the AWS SDK's variables."""
+    from foundation import object_store
+
+    for key, value in s3.environment.items():
+        monkeypatch.setenv(key, value)
+    object_store.use(None)
+    yield s3
+    object_store.use(None)

@@ -36,11 +36,9 @@ from jobs.slo import start_slo
 from jobs.step_clock import parse_steps
 from jobs.validate_routes import ROUTE_STEPS, SOURCE_STEP
 from lakehouse_read.reader import LakehouseReader
-from pipelines.alert_rules import AlertConfig, Receiver
-from pipelines.webhook_delivery import WebhookDispatcher, intents_directory
 from schemas.api_tables import SILENCES
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, RUNS
-from schemas.gold import ALERT_EVENTS, ALERTS, DELIVERIES
+from schemas.gold import ALERT_EVENTS, ALERTS
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
@@ -89,22 +87,6 @@ def test_the_settings_name_the_endpoint_and_refuse_a_malformed_one(tmp_path: Pat
             load_settings(overrides={"storage.endpoint": "127.0.0.1:9000"})
     finally:
         object_store.use(None)
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Proxy]:
-    with S3Proxy(tmp_path_factory.mktemp("s3proxy")) as server:
-        yield server
-
-
-@pytest.fixture
-def on_store(s3: S3Proxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Proxy]:
-    """This process pointed at the store the way a user points theirs: the AWS SDK's variables."""
-    for key, value in s3.environment.items():
-        monkeypatch.setenv(key, value)
-    object_store.use(None)
-    yield s3
-    object_store.use(None)
 
 
 @pytest.fixture(scope="module")
@@ -173,43 +155,6 @@ def test_concurrent_writers_of_one_table_lose_no_commit_and_write_none_twice(on_
         t.join(120)
     got = sorted((r["writer"], r["n"]) for r in read_rows(RACE, lake).to_pylist())
     assert got == [(w, n) for w in range(3) for n in range(8)], failures
-
-
-def test_webhook_intents_on_a_store_lakehouse_are_journaled_on_local_disk_and_folded_into_the_store(
-        on_store: S3Proxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The intent before each POST goes to a journal in the machine's state directory (an object store has no
-    append-and-fsync); the flush folds it, with the outcomes, into gold.deliveries on the store."""
-    from tests.alerts.receiver import Receiver as HttpReceiver
-    from tests.alerts.test_webhook import CONFIG, events, store
-
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    lake = on_store.uri("webhooks")
-    journal = intents_directory(lake, "lane")
-    assert journal.parent.parent == tmp_path / "state" / "isrwatch" / "webhook-intents" and journal.name == "lane"
-    assert journal.parent.name.startswith("lake_webhooks-")
-    # The same lakehouse however spelt; another path, or the same one on another store, elsewhere.
-    assert intents_directory(on_store.uri("webhooks", scheme="s3") + "/", "lane") == journal
-    assert intents_directory(on_store.uri("a/b"), "lane") != intents_directory(on_store.uri("a_b"), "lane")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:1")
-    assert intents_directory(lake, "lane") != journal
-    monkeypatch.setenv("AWS_ENDPOINT_URL", on_store.endpoint)
-    store(lake, events(3), 0)
-    receiver = HttpReceiver().start()
-    try:
-        config = AlertConfig(CONFIG.rules, (Receiver("hook", receiver.url, timeout_s=2, parallel=1),))
-        d = WebhookDispatcher(config, lake, flush_every_s=0.1, journal=journal).start()
-        try:
-            assert d.wait_idle(30)
-        finally:
-            d.stop()
-    finally:
-        receiver.stop()
-    assert [r["headers"]["X-Isrwatch-Delivery"] for r in receiver.requests] == [f"0-{i}@hook" for i in range(3)]
-    rows = read_rows(DELIVERIES, lake).to_pylist()   # read back through the store
-    assert sorted((r["delivery_id"], r["outcome"]) for r in rows) == sorted(
-        (f"0-{i}@hook", outcome) for i in range(3) for outcome in ("sending", "delivered"))
-    assert [p.name for p in journal.iterdir()] == []   # every segment folded
-    assert not (on_store.folder / "data" / "lake" / "webhooks" / "_webhook_intents").exists()
 
 
 # Columns that name a micro-batch or a wall time: they differ between any two runs of a job.

@@ -13,55 +13,33 @@ import atexit
 import base64
 import contextlib
 import os
-import shutil
 import signal
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from collector.canary_topic import quiet_librdkafka_logger
-from testing.kafka.certificates import IssuedCertificate
-from testing.kafka.processes import own_group_dying_with_parent, reap
+from testing.kafka.jvm import JVM_PREEXEC, KafkaFixtureError, free_port, java, kafka_jars
+from testing.kafka.processes import reap
+from testing.kafka.secure_listeners import (
+    MTLS_LISTENER,
+    SASL_SSL_LISTENER,
+    SecureListeners,
+    scram_format_args,
+    secure_listener_config,
+)
+from testing.kafka.standalone_exporters import (
+    StandaloneExporter,
+    start_standalone_exporters,
+    stop_standalone_exporters,
+)
 
-# Each JVM in its own process group (signals to the test runner's group do not reach it twice), SIGKILLed when the
-# Python process that started it dies, so no JVM outlives a killed test run.
-_JVM_PREEXEC = own_group_dying_with_parent(signal.SIGKILL)
+CONTROLLER_ID = 3000   # the node id the emulator also records controller metrics under
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
-
-JARS_DIR = Path(__file__).resolve().parents[2] / "jvm" / "kafka" / "jars"
-CONTROLLER_ID = 3000   # the node id the emulator also records controller metrics under
-
-
-class KafkaFixtureError(RuntimeError):
-    pass
-
-
-def kafka_jars() -> Path:
-    if not any(JARS_DIR.glob("kafka_2.13-*.jar")):
-        raise KafkaFixtureError(f"Kafka jars not found in {JARS_DIR}: run `make kafka-jars`")
-    return JARS_DIR
-
-
-def standalone_exporter_jar() -> Path:
-    jar = next((JARS_DIR / "standalone").glob("jmx_prometheus_httpserver-*.jar"), None)
-    if jar is None:
-        raise KafkaFixtureError(f"the JMX exporter's standalone server not found in {JARS_DIR / 'standalone'}: "
-                                "run `make kafka-jars`")
-    return jar
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
 
 # The exporter's rules, also shipped as conf/jmx_exporter.yaml for a real cluster: every Kafka meter and gauge as
 # `kafka_<domain>_<type>_<name>` with the MBean's other keys (topic, request, error, ...) as labels and the JMX
@@ -82,23 +60,6 @@ logger.kafka.level = INFO
 logger.apache.name = org.apache.kafka
 logger.apache.level = INFO
 """
-
-
-@dataclass
-class StandaloneExporter:
-    """The JMX exporter as a process of its own (jmx_prometheus_httpserver), reading one node's MBeans over remote
-    JMX under other rules than the agent's: how a node is seen through Strimzi's or Confluent's exporter rules
-    at the same moment as through conf/jmx_exporter.yaml. (A second javaagent in the broker's JVM cannot do it:
-    both agents share one metrics registry and the second refuses to start, "Can't register jmx_exporter_build
-    because a metric with that name is already registered".)"""
-
-    rules: str                      # a name for the rules, e.g. "strimzi"
-    port: int
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/metrics"
 
 
 @dataclass
@@ -126,31 +87,6 @@ class Node:
     def exporter_urls(self) -> dict[str, str]:
         """Rules name -> the metrics URL of the node's standalone exporter under those rules."""
         return {name: exporter.url for name, exporter in self.exporters.items()}
-
-
-SASL_SSL_LISTENER = "SASL_SSL"
-MTLS_LISTENER = "SSL"
-SCRAM_MECHANISM = "SCRAM-SHA-512"
-OAUTHBEARER_LOGIN_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
-
-
-@dataclass(frozen=True)
-class SecureListeners:
-    """Two more listeners on every broker, beside PLAINTEXT (which stays the inter-broker listener and the one
-    `bootstrap_servers` names): SASL_SSL with SCRAM-SHA-512 for `scram_users` (name -> password, created when the
-    storage is formatted; passwords without `,` `]` `=`), and SSL requiring a client certificate signed by a CA in
-    `client_ca_pem` (mutual TLS). Both present `broker_certificate`, as PEM key and trust stores.
-
-    With `oauthbearer_scope`, the SASL_SSL listener takes OAUTHBEARER too, validated by Kafka's default for it
-    without a JWKS URL, OAuthBearerUnsecuredValidatorCallbackHandler: an unsecured JWT (`alg: none`, no signature)
-    with `sub`, `exp` and this scope in its `scope` claim. Inter-broker traffic stays PLAINTEXT; the brokers' own login
-    on the listener still makes an unsecured token (`unsecuredLoginStringClaim_sub`), never used: Kafka 4.3 logs in
-    without a token only when the login module has no option at all."""
-
-    broker_certificate: IssuedCertificate
-    client_ca_pem: bytes
-    scram_users: dict[str, str] = field(default_factory=dict)
-    oauthbearer_scope: str | None = None
 
 
 @dataclass
@@ -248,7 +184,7 @@ class KafkaCluster:
                 assert node.process is not None
                 reap(node.process, 20)
                 node.process = None
-        self._stop_exporters()
+        stop_standalone_exporters(self.nodes.values())
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
 
@@ -397,48 +333,22 @@ class KafkaCluster:
                 "group.initial.rebalance.delay.ms": "0",
                 "num.partitions": "1",
                 **({"broker.rack": node.rack} if node.rack else {}),
-                **self._secure_listener_config(node),
+                **self._secure_listeners(node),
                 **self.broker_config,
             }
         (node.directory / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
 
-    def _secure_listener_config(self, node: Node) -> dict[str, str]:
+    def _secure_listeners(self, node: Node) -> dict[str, str]:
         """The SASL_SSL and SSL listeners' settings, on fresh ports, with the broker's PEM stores written."""
-        secure = self.secure_listeners
-        if secure is None:
+        if self.secure_listeners is None:
             return {}
         ports = self.listener_ports[node.node_id] = {SASL_SSL_LISTENER: free_port(), MTLS_LISTENER: free_port()}
-        keystore = secure.broker_certificate.write_pem_keystore(node.directory / "broker-keystore.pem")
-        truststore = node.directory / "client-ca.pem"
-        truststore.write_bytes(secure.client_ca_pem)
-        listeners = ",".join([f"PLAINTEXT://{node.address}",
-                              *(f"{name}://127.0.0.1:{port}" for name, port in ports.items())])
-        return {
-            "listeners": listeners,
-            "advertised.listeners": listeners,
-            "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,"
-                                              f"{SASL_SSL_LISTENER}:SASL_SSL,{MTLS_LISTENER}:SSL",
-            "ssl.keystore.type": "PEM",
-            "ssl.keystore.location": str(keystore),
-            "ssl.truststore.type": "PEM",
-            "ssl.truststore.location": str(truststore),
-            "sasl.enabled.mechanisms": SCRAM_MECHANISM + (",OAUTHBEARER" if secure.oauthbearer_scope else ""),
-            f"listener.name.{SASL_SSL_LISTENER.lower()}.{SCRAM_MECHANISM.lower()}.sasl.jaas.config":
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;",
-            **({f"listener.name.{SASL_SSL_LISTENER.lower()}.oauthbearer.sasl.jaas.config":
-                f'{OAUTHBEARER_LOGIN_MODULE} required unsecuredLoginStringClaim_sub="broker" '
-                f'unsecuredValidatorRequiredScope="{secure.oauthbearer_scope}";'}
-               if secure.oauthbearer_scope else {}),
-            f"listener.name.{MTLS_LISTENER.lower()}.ssl.client.auth": "required",
-        }
+        return secure_listener_config(self.secure_listeners, node.address, node.directory, ports)
 
     def _java(self, jars: Path, node: Node) -> list[str]:
-        java = shutil.which("java")
-        if java is None:
-            raise KafkaFixtureError("java not found on PATH (OpenJDK 17 runs Kafka 4.3)")
         logs = node.directory / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        return [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        return [java(), f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
                 f"-Dkafka.logs.dir={logs}", f"-Dlog4j2.configurationFile={self.workdir / 'log4j2.properties'}",
                 "-cp", f"{jars}/*"]
 
@@ -446,10 +356,8 @@ class KafkaCluster:
         cmd = [*self._java(jars, node), "kafka.tools.StorageTool", "format", "-t", self.cluster_id,
                "-c", str(node.directory / "server.properties"), "--ignore-formatted"]
         if self.secure_listeners is not None and node.role == "controller":
-            # SCRAM credentials live in the metadata log: the controller's bootstrap records create them.
-            for name, password in self.secure_listeners.scram_users.items():
-                cmd += ["--add-scram", f"{SCRAM_MECHANISM}=[name={name},password={password}]"]
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=_JVM_PREEXEC)
+            cmd += scram_format_args(self.secure_listeners)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, preexec_fn=JVM_PREEXEC)
         if done.returncode != 0:
             raise KafkaFixtureError(f"kafka-storage format failed for node {node.node_id}: "
                                     f"{done.stderr.strip() or done.stdout.strip()}")
@@ -470,47 +378,9 @@ class KafkaCluster:
                         "-Dcom.sun.management.jmxremote.authenticate=false", "-Dcom.sun.management.jmxremote.ssl=false"]
         cmd += ["kafka.Kafka", str(node.directory / "server.properties")]
         out = open(node.directory / "logs" / "stdout.log", "ab")  # noqa: SIM115 - owned by the child
-        node.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=_JVM_PREEXEC)
+        node.process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, preexec_fn=JVM_PREEXEC)
         self.launched_pids.append(node.process.pid)
         out.close()
         node.paused = False
         if rules:
-            self._start_exporters(node, rules)
-
-    def _start_exporters(self, node: Node, rules: dict[str, Path]) -> None:
-        """One standalone exporter per rules file, reading `node` over remote JMX; kept across the node's restarts
-        (it reconnects at its next scrape; while the node is down its answer has no Kafka series)."""
-        jar = standalone_exporter_jar()
-        for name, rules_file in rules.items():
-            exporter = node.exporters.get(name)
-            if exporter is not None and exporter.process is not None and exporter.process.poll() is None:
-                continue
-            if exporter is None:
-                exporter = node.exporters[name] = StandaloneExporter(name, free_port())
-            config = yaml.safe_load(rules_file.read_text())
-            if not isinstance(config, dict) or "hostPort" in config or "jmxUrl" in config:
-                raise KafkaFixtureError(f"{rules_file}: expected exporter rules without hostPort or jmxUrl")
-            config_file = node.directory / f"exporter-{name}.yaml"
-            config_file.write_text(yaml.safe_dump({"hostPort": f"127.0.0.1:{node.jmx_port}", **config},
-                                                  sort_keys=False))
-            java = shutil.which("java")
-            if java is None:
-                raise KafkaFixtureError("java not found on PATH (OpenJDK 17 runs Kafka 4.3)")
-            out = open(node.directory / "logs" / f"exporter-{name}.log", "ab")  # noqa: SIM115 - owned by the child
-            exporter.process = subprocess.Popen(
-                [java, "-Xmx64m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-jar", str(jar),
-                 f"127.0.0.1:{exporter.port}", str(config_file)],
-                stdout=out, stderr=subprocess.STDOUT, preexec_fn=_JVM_PREEXEC)
-            self.launched_pids.append(exporter.process.pid)
-            out.close()
-
-    def _stop_exporters(self) -> None:
-        for node in self.nodes.values():
-            for exporter in node.exporters.values():
-                if exporter.process is None:
-                    continue
-                if exporter.process.poll() is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(exporter.process.pid, signal.SIGTERM)
-                reap(exporter.process, 10)
-                exporter.process = None
+            start_standalone_exporters(node, rules, self.launched_pids)

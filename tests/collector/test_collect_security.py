@@ -1,10 +1,7 @@
 """`isrwatch collect --command-config` against a real Kafka 4.3 cluster with TLS and SASL listeners.
 
-One cluster for the module: 1 controller + 2 brokers, each with a PLAINTEXT listener (inter-broker, and the
-tests' own admin client), a SASL_SSL listener with SCRAM-SHA-512 and OAUTHBEARER and an SSL listener requiring a
-client certificate, every certificate made here by a throwaway CA. OAUTHBEARER tokens come from a token endpoint on
-loopback (tests/collector/token_endpoint.py) by the client credentials grant: unsecured JWTs, which the brokers'
-default validator checks for expiry and scope. The collector runs as the CLI in a subprocess whose
+One cluster for the module (tests/collector/secured_cluster.py: 1 controller + 2 brokers with SASL_SSL, SCRAM-SHA-512,
+OAUTHBEARER and mutual-TLS listeners, a token endpoint on loopback). The collector runs as the CLI in a subprocess whose
 Python logs (librdkafka's lines included) go to a file; afterwards its argv, output, logs, state files and every
 string column of every bronze table are searched for the secrets. No assertion is on wall-clock time: a process
 that hangs fails by its subprocess timeout, and elapsed times appear in the failure messages only.
@@ -28,7 +25,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from confluent_kafka.admin import NewTopic
 from deltalake import DeltaTable
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
@@ -36,17 +32,22 @@ from collector.client_properties import security_from_file, security_from_proper
 from collector.kafka_wire import BrokerConnection, BrokerSecurityError, BrokerUnavailable
 from foundation.delta_io import read_rows
 from schemas.bronze import ACK_LEDGER, BRONZE_TABLES, PARTITION_STATE, RUNS
-from testing.kafka import KafkaCluster
 from testing.kafka.certificates import TestCertificateAuthority
-from testing.kafka.cluster import MTLS_LISTENER, SASL_SSL_LISTENER, SecureListeners
-from tests.collector.token_endpoint import ClientCredentialsIssuer, TokenEndpoint
+from testing.kafka.secure_listeners import MTLS_LISTENER, SASL_SSL_LISTENER
+from tests.collector.secured_cluster import (
+    OAUTH_CLIENT,
+    OAUTH_SCOPE,
+    PASSWORD_ENV,
+    TOPIC,
+    USER,
+    Secured,
+    mtls_properties,
+    oauthbearer_properties,
+    sasl_ssl_properties,
+    secured_cluster,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
-TOPIC = "payments"
-USER = "collector"
-PASSWORD_ENV = "ISRWATCH_TEST_KAFKA_PASSWORD"
-OAUTH_CLIENT = "isrwatch-collector"
-OAUTH_SCOPE = "kafka"            # the scope the brokers require in a token
 # The collector with every Python log record, librdkafka's forwarded lines too, written to a file (argv[1]).
 LOGGING_MAIN = """\
 import logging, sys
@@ -60,91 +61,10 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-@dataclass(frozen=True)
-class Secured:
-    cluster: KafkaCluster
-    directory: Path
-    scram_password: str           # the SCRAM user's
-    keystore_password: str        # the client's PKCS12 keystore's
-    ca_file: Path
-    keystore: Path
-    oauth_client_secret: str
-    token_endpoint: TokenEndpoint
-    token_issuer: ClientCredentialsIssuer
-
-    @property
-    def secrets(self) -> tuple[str, ...]:
-        return self.scram_password, self.keystore_password, self.oauth_client_secret
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
-    directory = tmp_path_factory.mktemp("kafka-security")
-    ca = TestCertificateAuthority()
-    # Random, so that finding one anywhere can only mean it leaked there.
-    scram_password = "scram-" + os.urandom(12).hex()
-    keystore_password = "keystore-" + os.urandom(12).hex()
-    # With characters that URL-encoding changes: the canary's librdkafka must send it encoded, as the collector does.
-    oauth_client_secret = "oauth+/%:" + os.urandom(12).hex()
-    keystore = ca.issue("isrwatch collector", server=False).write_pkcs12(directory / "collector.p12",
-                                                                          keystore_password)
-    issuer = ClientCredentialsIssuer(OAUTH_CLIENT, oauth_client_secret)
-    kafka = KafkaCluster(directory / "kafka", brokers=2, secure_listeners=SecureListeners(
-        ca.issue_broker(), ca.ca_pem(), {USER: scram_password}, oauthbearer_scope=OAUTH_SCOPE))
-    try:
-        with TokenEndpoint(issuer) as token_endpoint:
-            kafka.start()
-            admin = kafka.admin_client()
-            admin.create_topics([NewTopic(TOPIC, num_partitions=4, replication_factor=2)])[TOPIC].result(30)
-            del admin   # a client left alive while the cluster stops logs a refused connection every 50 ms
-            yield Secured(kafka, directory, scram_password, keystore_password, ca.write_ca_pem(directory / "ca.pem"),
-                          keystore, oauth_client_secret, token_endpoint, issuer)
-    finally:
-        kafka.stop()
-    assert kafka.running_processes() == [] and kafka.leftover_process_groups() == [], \
-        "every JVM the fixture started is gone"
-
-
-def sasl_ssl_properties(secured: Secured, path: Path, password: str = f"${{env:{PASSWORD_ENV}}}",
-                        more: str = "") -> Path:
-    path.write_text(f"""\
-security.protocol=SASL_SSL
-ssl.truststore.location={secured.ca_file}
-ssl.truststore.type=PEM
-sasl.mechanism=SCRAM-SHA-512
-sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\
-    username="{USER}" \\
-    password="{password}";
-{more}""")
-    return path
-
-
-def oauthbearer_properties(secured: Secured, path: Path, scope: str | None = OAUTH_SCOPE) -> Path:
-    """A Java client's OAUTHBEARER file: the client credentials in the login module's options, the secret from the
-    environment."""
-    path.write_text(f"""\
-security.protocol=SASL_SSL
-ssl.truststore.location={secured.ca_file}
-sasl.mechanism=OAUTHBEARER
-sasl.oauthbearer.token.endpoint.url={secured.token_endpoint.url}
-sasl.login.callback.handler.class=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginCallbackHandler
-sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required \\
-    clientId="{OAUTH_CLIENT}" \\
-    clientSecret="${{env:{PASSWORD_ENV}}}"{f' scope="{scope}"' if scope else ''};
-""")
-    return path
-
-
-def mtls_properties(secured: Secured, path: Path) -> Path:
-    path.write_text(f"""\
-security.protocol=SSL
-ssl.truststore.location={secured.ca_file}
-ssl.keystore.location={secured.keystore}
-ssl.keystore.type=PKCS12
-ssl.keystore.password=${{env:{PASSWORD_ENV}}}
-ssl.key.password=${{env:{PASSWORD_ENV}}}
-""")
-    return path
+    with secured_cluster(tmp_path_factory.mktemp("kafka-security")) as cluster:
+        yield cluster
 
 
 @dataclass
