@@ -4,8 +4,9 @@
 
 For each size, a bronze lakehouse whose broker_metrics holds that many rows (copies of one emulator run under
 distinct run ids, so every row is unique) is validated as ONE micro-batch by `isrwatch submit validate` with
-`--ge-pandas-max-rows 50000`, the route a catch-up batch takes: broker_metrics's context, expectations,
-routing, Great Expectations and silver writes as Spark jobs, the few runs rows on the driver. Printed per size:
+`--driver-max-rows 50000`, the route a catch-up batch takes: broker_metrics's context and expectations in the
+executors' Python workers, Great Expectations and silver writes as Spark jobs, the few runs rows on the driver.
+Printed per size:
 - rows/s: the batch's rows over its duration as validate records it in silver.dq_runs;
 - the pass-through floor: the same Delta table copied to another by a streaming query with nothing else
   done (same master, same session settings), and validate / floor;
@@ -205,7 +206,7 @@ def run_validate(lake: Path, master: str, executor_memory: str = EXECUTOR_MEMORY
            "--driver-memory", _driver_memory(master, driver_memory), "--executor-memory", executor_memory,
            "--conf", f"spark.sql.shuffle.partitions={partitions}", "--",
            "--lakehouse", str(lake), "--tables", "broker_metrics,runs", "--trigger", "available-now",
-           "--ge-pandas-max-rows", str(DRIVER_MAX_ROWS), "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
+           "--driver-max-rows", str(DRIVER_MAX_ROWS), "--max-files-per-trigger", "100000", "--wait-for-tables", "0"]
     log = lake.parent / f"{lake.name}-validate.log"
     returncode, rss = run_submit(cmd, log)
     if returncode != 0:

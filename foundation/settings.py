@@ -37,9 +37,7 @@ class ValidateSettings(BaseModel):
     trigger_interval: str = "1 second"
     dedup_window: str = "10 minutes"
     counter_lookback: str = "2 minutes"
-    ge_engine: Literal["auto", "pandas", "spark"] = "auto"
-    ge_pandas_max_rows: int = Field(default=500_000, ge=1)
-    ge_behind: bool = True   # live batches: GE and the dq record run behind the batch (jobs/dq_behind.py)
+    driver_max_rows: int = Field(default=500_000, ge=1)  # a larger micro-batch is checked on the executors
     driver_writes: bool = True
     max_files_per_trigger: int = Field(default=1000, ge=1)
     maintain_every_batches: int = Field(default=600, ge=1)
@@ -188,6 +186,9 @@ class PipelineSettings(BaseModel):
 REMOVED = {
     "alerts.lane": "the alert lane always evaluates the rules on silver tables (docs/alerts.md)",
     "alerts.silver_rules_in": "the alert lane always evaluates the rules on silver tables (docs/alerts.md)",
+    "validate.ge_engine": "one check runs where the rows are: validate.driver_max_rows (docs/validation.md)",
+    "validate.ge_pandas_max_rows": "renamed validate.driver_max_rows (docs/validation.md)",
+    "validate.ge_behind": "live batches always hand Great Expectations to a worker behind them (docs/validation.md)",
 }
 
 

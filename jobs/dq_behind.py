@@ -12,8 +12,7 @@ Durable: before the hand-over, the batch's GE input (each table's rows with thei
 is written to a spool in the query's checkpoint folder (foundation/spool.py); the worker removes it once the dq
 records are committed. A job stopped or killed before that validates what it finds there at its next start, before
 its first batch, so every batch still gets its one dq record (the commit carries the newest batch's marker: batches
-already committed are not written twice). A GE verdict that disagrees with the routing fails the query at its next
-batch, and again at every start until the suite or the routing is fixed, as when GE ran inside the batch.
+already committed are not written twice).
 
 Bounded: at most `MAX_BEHIND` batches wait for the worker; a batch beyond that waits for room.
 """

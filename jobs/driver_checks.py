@@ -17,8 +17,7 @@ from jobs.validate_reads import DriverReads
 from jobs.validate_routes import DriverContext, RoutedOnDriver, TableCheck, check_on_driver
 from jobs.validate_source import table_column
 from pipelines.context import LastCounts, LastStates
-from pipelines.driver_context import RunWindows, TopicPartitions
-from pipelines.driver_invariants import BrokerRegistry
+from pipelines.reference_context import BrokerRegistry, RunWindows, TopicPartitions
 from schemas.bronze import RUNS, TOPIC_CONFIGS
 from schemas.table import TableDef
 

@@ -9,8 +9,9 @@ once per trigger, not once per table). Each micro-batch gets an ingestion timest
 replayed identically after a restart), is de-duplicated on each table's natural key within
 `dedup_window`, enriched with the context its expectations need, and split per table: rows passing
 every expectation go to silver, the others to quarantine with the failed expectations and offending
-values; Great Expectations validates each table's rows and its verdicts go to silver.dq_runs, one
-commit per micro-batch (jobs/validate_routes.py routes a table's rows).
+values (jobs/validate_routes.py routes a table's rows: on the driver for a micro-batch of up to
+`validate.driver_max_rows` rows, else on the executors); Great Expectations validates the same rows for the
+record, silver.dq_runs, one commit per micro-batch (behind live batches: jobs/dq_behind.py).
 
 Exactly once: the Delta sources' offsets and the dedup state live in the query's checkpoint, and every
 sink write is marked with the query's id, the table and the batch id (foundation/batch_appender.py). A
@@ -22,7 +23,6 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,11 +60,10 @@ from jobs.validate_args import build_parser, settings_from_args
 from jobs.validate_checkpoints import continue_from_per_table_checkpoints
 from jobs.validate_routes import (
     SOURCE_STEP,
+    ExecutorRoute,
     RoutedOnDriver,
-    SparkRoute,
     TableCheck,
     driver_share,
-    verified,
     write_routed,
 )
 from jobs.validate_source import bronze_union, table_column
@@ -114,14 +113,14 @@ class UnionValidator:
     # breakdown of a live batch (`isrwatch pipeline run --progress-log`).
     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None
     behind: DqBehind | None = None  # GE and the dq record behind the batch (and a previous run's left there)
-    ge_behind: bool = False         # live batches hand GE to `behind`
+    ge_behind: bool = False         # live batches hand GE to `behind` (a live trigger)
     ge_process: GeProcess | None = None  # where `behind` runs GE
 
     def __post_init__(self) -> None:
         lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
         self.context = new_driver_context(self.settings.lakehouse, self.tables, lookback_us)
-        self.spark_routes = {td.name: SparkRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
-                             for td in self.tables}
+        self.executor_routes = {td.name: ExecutorRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
+                                for td in self.tables}
         self.table_stats = {td.name: BatchStats() for td in self.tables}
         self.appenders: dict[str, BatchAppender] = {}
 
@@ -142,8 +141,7 @@ class UnionValidator:
             if rows == 0:
                 return  # watermark-only batch: nothing to write
             clock.lap(SOURCE_STEP)
-            v = self.settings.validate_
-            on_driver = v.ge_engine == "pandas" or (v.ge_engine == "auto" and rows <= v.ge_pandas_max_rows)
+            on_driver = rows <= self.settings.validate_.driver_max_rows
             if on_driver:
                 routed = self._check_on_driver(batch, batch_id, clock)
             else:
@@ -187,7 +185,7 @@ class UnionValidator:
             write_routed(r, batch_id, self._appender(r.table), self.settings.lakehouse)
 
     def _checked(self, routed: list[tuple[RoutedOnDriver, int]], batch_id: int) -> list[tuple[TableCheck, int]]:
-        return [(r.checked(self.ge, batch_id), at_us) for r, at_us in routed]
+        return [(r.checked(self.ge), at_us) for r, at_us in routed]
 
     def check_and_commit(self, group: list[Waiting]) -> None:
         """GE on a group of live batches' rows, table by table in one run each, then their dq records in one commit
@@ -206,22 +204,18 @@ class UnionValidator:
         outcomes = self.ge_process.outcomes({t: pa.concat_tables([r.ge_rows for r in rs], promote_options="default")
                                              for t, rs in by_table.items()})
         last = group[-1][0]
-        for t, rs in by_table.items():  # GE must count what the routing counted, over the group's rows
-            verified(BRONZE_BY_NAME[t], last, dict(sum((Counter(r.counts) for r in rs), Counter())), outcomes[t])
         self._commit_dq([(TableCheck(r.table, r.rows_in, r.rows_valid, r.counts, outcomes[r.table], r.runs, None),
                           at_us, batch_id, duration_ms)
                          for batch_id, routed, duration_ms in group for r, at_us in routed], last)
 
     def _split(self, batch: DataFrame, batch_id: int, clock: StepClock) -> list[tuple[TableCheck, int]]:
-        """A batch too large for the driver: its small tables that fit within `ge_pandas_max_rows` together are
-        collected and routed on the driver (on Spark each costs seconds of jobs, whatever its size); every other
-        table is routed by Spark, GE's Spark engine validating (all of them with `ge_engine: spark`)."""
+        """A batch too large for the driver: its small tables that fit within `driver_max_rows` together are
+        collected and checked on the driver (on the executors each costs seconds of jobs, whatever its size); every
+        other table is checked on the executors, GE's Spark engine validating."""
         present = {r["_table"]: (r["rows"], r["at_us"]) for r in batch.groupBy("_table").agg(
             F.count(F.lit(1)).alias("rows"), F.unix_micros(F.max("ingested_at")).alias("at_us")).collect()}
         clock.lap("tables present")
-        v = self.settings.validate_
-        small = (set() if v.ge_engine == "spark"
-                 else driver_share({t: n for t, (n, _) in present.items()}, v.ge_pandas_max_rows))
+        small = driver_share({t: n for t, (n, _) in present.items()}, self.settings.validate_.driver_max_rows)
         checks = []
         if small:
             routed = self._check_on_driver(batch.where(F.col("_table").isin(sorted(small))), batch_id, StepClock())
@@ -232,7 +226,7 @@ class UnionValidator:
             if td.name not in present or td.name in small:
                 continue
             rows = batch.where(F.col("_table") == td.name).select(f"{table_column(td.name)}.*", "ingested_at")
-            check = self.spark_routes[td.name].route(rows, batch_id, self._appender(td.name), clock)
+            check = self.executor_routes[td.name].route(rows, batch_id, self._appender(td.name), clock)
             checks.append((check, present[td.name][1]))
         return checks
 
@@ -343,7 +337,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                                                    [td.name for td in tables], log)
     validator = UnionValidator(spark, settings, tables, log=log, on_steps=on_steps)
     validator.behind = DqBehind(Spool(f"{checkpoint}/dq_pending"), validator.check_and_commit)
-    validator.ge_behind = v.ge_behind and v.trigger == "live"
+    validator.ge_behind = v.trigger == "live"
     # Before validate's query commits anything: the lane's first start continues from where validate stands.
     lane = start_alert_lane(spark, settings, checkpoint, log, lane_steps)
     try:

@@ -18,9 +18,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tables", default=None, help="comma-separated bronze tables (default: all)")
     p.add_argument("--trigger", choices=["live", "available-now"], default=None)
     p.add_argument("--trigger-interval", default=None, help="live micro-batch interval, e.g. '1 second'")
-    p.add_argument("--ge-engine", choices=["auto", "pandas", "spark"], default=None)
-    p.add_argument("--ge-pandas-max-rows", type=int, default=None,
-                   help="with --ge-engine auto: most rows of a micro-batch checked on the driver")
+    p.add_argument("--driver-max-rows", type=int, default=None,
+                   help="most rows of a micro-batch checked on the driver (a larger one goes to the executors)")
     p.add_argument("--max-files-per-trigger", type=int, default=None)
     p.add_argument("--wait-for-tables", type=float, default=None, help="seconds to wait for bronze tables")
     p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml): the alert "
@@ -39,7 +38,7 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
         "lakehouse": args.lakehouse, "checkpoints": args.checkpoints,
         "validate.tables": args.tables.split(",") if args.tables else None,
         "validate.trigger": args.trigger, "validate.trigger_interval": args.trigger_interval,
-        "validate.ge_engine": args.ge_engine, "validate.ge_pandas_max_rows": args.ge_pandas_max_rows,
+        "validate.driver_max_rows": args.driver_max_rows,
         "validate.max_files_per_trigger": args.max_files_per_trigger,
         "validate.wait_for_tables_seconds": args.wait_for_tables,
         "alerts.rules": args.rules, "alerts.webhooks": False if args.no_webhooks else None,

@@ -1,34 +1,36 @@
 """How validate routes one bronze table's rows of a micro-batch to silver and quarantine.
 
-Two routes, the same outcome (rows, verdict, reasons, writes, markers); a large micro-batch's small tables
-take the driver route (`driver_share`), the others the Spark route:
+One check (`TableContext.add`, then `pipelines.expectations.evaluate`) wherever the rows are; a large micro-batch's
+small tables stay on the driver (`driver_share`), the others go to the executors:
 - `check_on_driver`, then `write_routed`: the batch was collected to the driver (live batches): context and
-  expectations are evaluated on that Arrow table and silver and quarantine appended from it, with no Spark job at all
-  (pipelines/arrow_expectations.py, pipelines/driver_context.py); Great Expectations' pandas engine then
-  validates the same rows.
-- `SparkRoute`: batches too large for the driver: context joins and expectation flags as Spark columns,
-  GE's Spark engine, Spark writes.
+  expectations are evaluated on that Arrow table and silver and quarantine appended from it, with no Spark job at all.
+- `ExecutorRoute`: batches too large for the driver: the same check in the executors' Python workers (`mapInArrow`),
+  each receiving every row of its meters or partitions in time order, with the table's context shipped from the
+  driver; Spark writes.
 
-Each returns a `TableCheck`; the job writes the dq record of all tables of the batch in one commit.
+Great Expectations validates the same rows for the run's record (silver.dq_runs): its pandas engine for rows on
+the driver, its Spark engine for rows on the executors. Each route returns a `TableCheck`; the job writes the dq
+record of all tables of the batch in one commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 
 from foundation import kill_points
 from foundation.batch_appender import BatchAppender
 from jobs.step_clock import StepClock
-from pipelines.arrow_expectations import evaluate, failures
 from pipelines.context import (
     METER_KEY,
     PARTITION_KEY,
@@ -37,21 +39,12 @@ from pipelines.context import (
     LastStates,
     newest_meter_counts,
     newest_partition_states,
-    with_broker_registry,
     with_previous_count,
-    with_previous_state,
-    with_replication_invariants,
-    with_run_window,
-    with_topic,
 )
-from pipelines.driver_context import RunWindows, TopicPartitions
-from pipelines.driver_context import with_previous_count as with_previous_count_on_driver
-from pipelines.driver_invariants import BrokerRegistry
-from pipelines.driver_invariants import with_previous_state as with_previous_state_on_driver
-from pipelines.driver_invariants import with_replication_invariants as with_replication_invariants_on_driver
-from pipelines.expectations import FAILURES, VALID, CompiledExpectations, failure_counts
+from pipelines.expectations import FAILURES, VALID, evaluate, failures
 from pipelines.great_expectations_check import GeOutcome, SuiteValidator, arrow_to_ge_frame
-from schemas.bronze import RUNS, TOPIC_CONFIGS
+from pipelines.reference_context import BrokerRegistry, RunWindows, TopicPartitions, known_only
+from pipelines.replication_invariants import with_previous_state, with_replication_invariants
 from schemas.silver import QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
 
@@ -65,11 +58,6 @@ SOURCE_STEP = "source, de-duplication and cache"
 # The executor route's steps for one table, in order, as its StepClock line names them ("<table> <step>").
 CONTEXT, GE, SILVER, QUARANTINE, NEWEST = ROUTE_STEPS = (
     "context and expectations", "great expectations", "silver", "quarantine", "newest values")
-
-
-class ValidationMismatch(Exception):
-    """Raised when Great Expectations and the row-level routing disagree on a batch (its dq record is not
-    written, so the batch is replayed, and fails again, at the next start)."""
 
 
 def driver_share(rows_per_table: dict[str, int], max_rows: int) -> set[str]:
@@ -98,10 +86,44 @@ class TableCheck:
     valid_states: Callable[[], Any] | None = None  # -> frame for `LastStates.fold` (None: no partition states)
 
 
-def verified(td: TableDef, batch_id: int, counts: dict[str, int], outcome: GeOutcome) -> None:
-    if outcome.unexpected != counts:
-        raise ValidationMismatch(f"{td.qualified_name} batch {batch_id}: Great Expectations counted "
-                                 f"{outcome.unexpected}, routing counted {counts}")
+@dataclass(frozen=True)
+class TableContext:
+    """What one table's rows of one micro-batch are checked against: the reference data, and each meter's or
+    partition's newest validated value before the batch. Picklable: the executor route ships it to Python workers."""
+
+    td: TableDef
+    run_windows: RunWindows
+    topics: TopicPartitions
+    brokers: BrokerRegistry
+    counts_before: dict[tuple[Any, ...], int]
+    states_before: dict[tuple[Any, ...], tuple[Any, ...]]
+
+    def add(self, rows: pa.Table, seen: dict[tuple[Any, ...], Any]) -> pa.Table:
+        """`rows` with the ctx_* columns its table's expectations compare. `seen`: the newest row of each meter or
+        partition among the rows checked before these in the same batch (updated here)."""
+        td, data = self.td, rows
+        if "run_window" in td.context:
+            data = self.run_windows.add_columns(data)
+        if "topic" in td.context:
+            data = self.topics.add_columns(data)
+        if "previous_count" in td.context:
+            data = with_previous_count(data, self.counts_before, seen)
+        if "broker_registry" in td.context:
+            assert td.broker_refs is not None
+            data = self.brokers.add_columns(data, td.broker_refs)
+        if "replication" in td.context:
+            data = with_replication_invariants(data)
+        if "previous_state" in td.context:
+            data = with_previous_state(data, self.states_before, seen)
+        return data
+
+    def known_only(self, runs: list[str]) -> TableContext:
+        """This context with every reference row of `runs` loaded, answering from them alone (on executors)."""
+        for reference in (self.run_windows, self.topics, self.brokers):
+            if reference.loader is not None:
+                reference.fold(reference.loader(runs))
+        return replace(self, run_windows=known_only(self.run_windows), topics=known_only(self.topics),
+                       brokers=known_only(self.brokers))
 
 
 @dataclass
@@ -134,6 +156,15 @@ class DriverContext:
             last.loaded = True
         return last
 
+    def for_table(self, td: TableDef, runs: list[str], min_ts_us: int | None) -> TableContext:
+        """The context of `td`'s rows of one batch (`runs`: the runs they name; `min_ts_us`: their oldest ts)."""
+        counts, states = {}, {}
+        if "previous_count" in td.context and min_ts_us is not None:
+            counts = self.meter_counts(td, runs, min_ts_us).before(min_ts_us)
+        if "previous_state" in td.context and min_ts_us is not None:
+            states = self.partition_states(td, runs, min_ts_us).before(min_ts_us)
+        return TableContext(td, self.run_windows, self.topics, self.brokers, counts, states)
+
 
 @dataclass(frozen=True)
 class RoutedOnDriver:
@@ -154,10 +185,9 @@ class RoutedOnDriver:
     def table(self) -> str:
         return self.td.name
 
-    def checked(self, ge: SuiteValidator, batch_id: int) -> TableCheck:
-        """GE's verdict on the same rows, which must count the same failures as the routing did."""
+    def checked(self, ge: SuiteValidator) -> TableCheck:
+        """With Great Expectations' verdict on the same rows, for the record."""
         outcome = ge.validate_frame(self.td, arrow_to_ge_frame(self.ge_rows))
-        verified(self.td, batch_id, self.counts, outcome)
         return TableCheck(self.td.name, self.rows_in, self.rows_valid, self.counts, outcome, self.runs,
                           self.valid_meters, self.valid_states)
 
@@ -166,28 +196,14 @@ def check_on_driver(td: TableDef, rows: pa.Table, batch_id: int, ctx: DriverCont
     """Validate one table's rows of a batch held on the driver (bronze columns + ingested_at): context, expectations,
     the silver rows and the quarantined ones with their reasons; nothing written yet (`write_routed`).
 
-    The alerts on silver tables are evaluated on the valid rows before anything is written, so a webhook waits
-    for no commit. Great Expectations runs afterwards (`RoutedOnDriver.checked`), once every table of the batch is
-    in silver: GE's per-expectation bookkeeping costs ~0.15 s a table. A batch whose GE verdict disagrees with the
-    routing still fails before its dq record is written (and again on replay).
+    Great Expectations runs afterwards (`RoutedOnDriver.checked`), once every table of the batch is in silver: GE's
+    per-expectation bookkeeping costs ~0.15 s a table.
     """
     runs = sorted(r for r in pc.unique(rows.column("run_id")).to_pylist() if r is not None)
-    data = rows
-    if "run_window" in td.context:
-        data = ctx.run_windows.add_columns(data)
-    if "topic" in td.context:
-        data = ctx.topics.add_columns(data)
+    min_ts_us = None
     if "previous_count" in td.context or "previous_state" in td.context:
-        min_ts_us: int = pc.cast(pc.min(rows.column("ts")), pa.int64()).as_py()
-    if "previous_count" in td.context:
-        data = with_previous_count_on_driver(data, ctx.meter_counts(td, runs, min_ts_us), min_ts_us)
-    if "broker_registry" in td.context:
-        assert td.broker_refs is not None
-        data = ctx.brokers.add_columns(data, td.broker_refs)
-    if "replication" in td.context:
-        data = with_replication_invariants_on_driver(data)
-    if "previous_state" in td.context:
-        data = with_previous_state_on_driver(data, ctx.partition_states(td, runs, min_ts_us), min_ts_us)
+        min_ts_us = pc.cast(pc.min(rows.column("ts")), pa.int64()).as_py()
+    data = ctx.for_table(td, runs, min_ts_us).add(rows, {})
     verdict = evaluate(data, td.expectations)
     rows_in, rows_valid = data.num_rows, int(verdict.valid.sum())
     valid = data.filter(pa.array(verdict.valid))
@@ -229,20 +245,32 @@ def write_routed(r: RoutedOnDriver, batch_id: int, appender: BatchAppender, lake
     kill_points.reached(r.table, batch_id, "after_quarantine")
 
 
+def check_partition(context: TableContext, failures_type: pa.DataType,
+                    batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The executor route's check of one Spark partition (`mapInArrow`): each row with its context, `_valid` and its
+    failures (null when valid). Every row of a meter or partition is in this partition, in time order, so `seen`
+    carries each one's newest row from one Arrow batch to the next."""
+    seen: dict[tuple[Any, ...], Any] = {}
+    for batch in batches:
+        data = context.add(pa.Table.from_batches([batch]), seen)
+        verdict = evaluate(data, context.td.expectations)
+        reasons: list[Any] = [None] * data.num_rows
+        which = np.flatnonzero(~verdict.valid)
+        for i, entries in zip(which.tolist(), failures(data, context.td.expectations, verdict, which), strict=True):
+            reasons[i] = entries
+        yield from (data.append_column(VALID, pa.array(verdict.valid))
+                    .append_column(FAILURES, pa.array(reasons, failures_type)).to_batches())
+
+
 @dataclass
-class SparkRoute:
+class ExecutorRoute:
     """The route for one table's rows of a batch too large for the driver."""
 
     spark: SparkSession
     td: TableDef
     lakehouse: str
     ge: SuiteValidator
-    ctx: DriverContext  # only its meter counts: the reference tables are joined in Spark
-
-    @cached_property
-    def compiled(self) -> CompiledExpectations:
-        """Built on the route's first batch: live runs may never take it (building costs ~0.2 s a table)."""
-        return CompiledExpectations(self.td.expectations)
+    ctx: DriverContext
 
     def route(self, rows: DataFrame, batch_id: int, appender: BatchAppender, clock: StepClock) -> TableCheck:
         td = self.td
@@ -250,62 +278,56 @@ class SparkRoute:
         head = rows.agg(F.unix_micros(F.min(ts)).alias("min_ts_us"), F.collect_set("run_id").alias("runs")).first()
         assert head is not None
         runs = sorted(r for r in head["runs"] if r is not None)
-        flagged = self.compiled.with_failure_flags(self._with_context(rows, runs, head["min_ts_us"])).persist()
+        context = self.ctx.for_table(td, runs, head["min_ts_us"]).known_only(runs)
+        checked = self._checked(rows, context).persist(StorageLevel.DISK_ONLY)
         try:
-            rows_in, rows_valid, counts = failure_counts(flagged, td.expectations)
+            totals = checked.agg(F.count(F.lit(1)).alias("rows"), F.count_if(F.col(VALID)).alias("valid")).first()
+            assert totals is not None
+            rows_in, rows_valid = int(totals["rows"]), int(totals["valid"])
+            counts = {r["expectation"]: int(r["count"]) for r in checked.where(~F.col(VALID))
+                      .select(F.explode(F.col(FAILURES).getField("expectation")).alias("expectation"))
+                      .groupBy("expectation").count().collect()}
             clock.lap(f"{td.name} {CONTEXT}")
-            outcome = self.ge.validate_dataframe(td, flagged.drop(*self.compiled.flags, VALID))
-            verified(td, batch_id, counts, outcome)
+            outcome = self.ge.validate_dataframe(td, checked.drop(VALID, FAILURES))
             clock.lap(f"{td.name} {GE}")
             silver, quarantine = SILVER_TABLES[td.name], QUARANTINE_TABLES[td.name]
             if rows_valid:
-                valid = flagged.where(F.col(VALID)).select(*silver.arrow_schema.names)
+                valid = checked.where(F.col(VALID)).select(*silver.arrow_schema.names)
                 appender.append(_few_files(valid, rows_valid), silver.path(self.lakehouse), batch_id)
             kill_points.reached(td.name, batch_id, "after_silver")
             clock.lap(f"{td.name} {SILVER}")
             if rows_valid < rows_in:
-                rejected = (flagged.where(~F.col(VALID))
-                            .withColumn(FAILURES, self.compiled.failures)
+                rejected = (checked.where(~F.col(VALID))
                             .withColumn("quarantined_at", F.col("ingested_at"))
                             .withColumn("validate_batch_id", F.lit(batch_id).cast("long"))
                             .select(*quarantine.arrow_schema.names))
                 appender.append(_few_files(rejected, rows_in - rows_valid), quarantine.path(self.lakehouse), batch_id)
             kill_points.reached(td.name, batch_id, "after_quarantine")
             clock.lap(f"{td.name} {QUARANTINE}")
-            meters = (newest_meter_counts(flagged.where(F.col(VALID))).toPandas()
+            meters = (newest_meter_counts(checked.where(F.col(VALID))).toPandas()
                       if td.name in self.ctx.last_counts else None)
-            states = (newest_partition_states(flagged.where(F.col(VALID))).toPandas()
+            states = (newest_partition_states(checked.where(F.col(VALID))).toPandas()
                       if td.name in self.ctx.last_states else None)
         finally:
-            flagged.unpersist()
+            checked.unpersist()
         clock.lap(f"{td.name} {NEWEST}")
         return TableCheck(td.name, rows_in, rows_valid, counts, outcome, runs,
                           None if meters is None else (lambda: meters), None if states is None else (lambda: states))
 
-    def _with_context(self, batch: DataFrame, runs: list[str], min_ts_us: int) -> DataFrame:
-        out, lake = batch, self.lakehouse
-        if "run_window" in self.td.context:
-            windows = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(runs))
-                       .select("run_id", "batch_id", "start_ts", "end_ts"))
-            out = with_run_window(out, windows)
-        if "topic" in self.td.context:
-            configs = (self.spark.read.format("delta").load(TOPIC_CONFIGS.path(lake))
-                       .where(F.col("run_id").isin(runs)).select("run_id", "topic", "partitions"))
-            out = with_topic(out, configs)
-        if "previous_count" in self.td.context:
-            last = self.ctx.meter_counts(self.td, runs, min_ts_us)
-            out = with_previous_count(out, last.history(self.spark, min_ts_us))
-        if "broker_registry" in self.td.context:
-            assert self.td.broker_refs is not None
-            registry = (self.spark.read.format("delta").load(RUNS.path(lake)).where(F.col("run_id").isin(runs))
-                        .select("run_id", "broker_ids", "controller_ids"))
-            out = with_broker_registry(out, registry, self.td.broker_refs)
-        if "replication" in self.td.context:
-            out = with_replication_invariants(out)
-        if "previous_state" in self.td.context:
-            states = self.ctx.partition_states(self.td, runs, min_ts_us)
-            out = with_previous_state(out, states.history(self.spark, min_ts_us))
-        return out
+    def _checked(self, rows: DataFrame, context: TableContext) -> DataFrame:
+        """`rows` checked in the executors: hashed by meter or partition and sorted by ts where a row is compared
+        with its predecessor, so each key's rows reach one Python worker in order."""
+        key = (METER_KEY if "previous_count" in self.td.context
+               else PARTITION_KEY if "previous_state" in self.td.context else None)
+        if key is not None:
+            rows = rows.repartition(*key).sortWithinPartitions(F.col("ts").asc_nulls_last())
+        failures_type = QUARANTINE_TABLES[self.td.name].arrow_schema.field(FAILURES).type
+        # The output's schema: the check applied to no rows (the context columns' types are the check's own).
+        empty = to_arrow_schema(rows.schema, timezone="UTC").empty_table()
+        out = (context.add(empty, {}).schema.append(pa.field(VALID, pa.bool_()))
+               .append(pa.field(FAILURES, failures_type)))
+        return rows.mapInArrow(partial(check_partition, context, failures_type),
+                               from_arrow_schema(out, prefer_timestamp_ntz=False))
 
 
 def _few_files(rows: DataFrame, count: int) -> DataFrame:

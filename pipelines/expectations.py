@@ -1,100 +1,150 @@
-"""Compile expectation specs into Spark predicates, so every row learns which expectations it fails.
+"""The one evaluation of the expectation specs (schemas/expectations.py): which rows of an Arrow table fail which
+expectation, and why.
 
-The semantics follow Great Expectations' own: column-value expectations other than not-null ignore
-nulls, and the column-pair expectations here skip rows where either value is missing. The validate
-job checks that the per-expectation counts computed here equal GE's `unexpected_count`s.
-
-A batch is annotated with one boolean column per expectation (`_fails_<i>`) and `_valid`: cheap
-columns Spark evaluates in generated code. The quarantine's `failures` array of structs, which is
-expensive to build, is only assembled for the rejected rows (`CompiledExpectations.failures`).
+It runs wherever the rows are: on the driver for a micro-batch it collected, in the executors' Python workers
+(`mapInArrow`) for one too large to collect (jobs/validate_routes.py). The semantics are Great Expectations' own:
+column-value expectations other than not-null ignore nulls, the column-pair expectations skip rows where either
+value is missing, json_parseable is `json.loads`. Great Expectations validates the same rows for the run's record
+(silver.dq_runs); tests/pipeline/test_row_checks.py checks the counts agree. A row's
+failures carry the offending value as Spark prints it (`CAST(… AS STRING)`), which is how quarantine shows values.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas.expectations import Expect
 
-FAILURES = "failures"
-VALID = "_valid"
-_FLAG_PREFIX = "_fails_"
+FAILURES = "failures"  # the quarantine's array of (expectation, column, value)
+VALID = "_valid"       # the row fails no expectation
 
 
-def _text(c: Column) -> Column:
-    return F.coalesce(c.cast("string"), F.lit("null"))
+@dataclass(frozen=True)
+class Verdict:
+    """Per-row outcome of a table's expectations on one batch."""
 
+    flags: list[np.ndarray]  # one boolean array per expectation (True: the row fails it), in spec order
+    valid: np.ndarray        # True: the row fails none
 
-def failure_of(e: Expect) -> tuple[Column, Column]:
-    """(fails, offending value) for one expectation, as Spark columns."""
-    a = e.args
-    match e.type:
-        case "expect_column_values_to_not_be_null":
-            c = F.col(a["column"])
-            return c.isNull(), F.lit(None).cast("string")
-        case "expect_column_values_to_be_between":
-            c = F.col(a["column"])
-            out = F.lit(False)
-            if a.get("min_value") is not None:
-                out = out | (c < F.lit(a["min_value"]))
-            if a.get("max_value") is not None:
-                out = out | (c > F.lit(a["max_value"]))
-            return c.isNotNull() & out, _text(c)
-        case "expect_column_values_to_be_in_set":
-            c = F.col(a["column"])
-            return c.isNotNull() & ~c.isin(list(a["value_set"])), _text(c)
-        case "expect_column_values_to_be_json_parseable":
-            c = F.col(a["column"])
-            return c.isNotNull() & F.try_parse_json(c).isNull(), _text(c)
-        case "expect_column_pair_values_a_to_be_greater_than_b":
-            ca, cb = F.col(a["column_A"]), F.col(a["column_B"])
-            holds = (ca >= cb) if a.get("or_equal") else (ca > cb)
-            value = F.concat(F.lit(f"{a['column_A']}="), _text(ca), F.lit(f", {a['column_B']}="), _text(cb))
-            return ca.isNotNull() & cb.isNotNull() & ~holds, value
-    raise ValueError(f"no Spark predicate for expectation type {e.type!r}")
-
-
-def flag_columns(expectations: tuple[Expect, ...]) -> list[str]:
-    """Names of the per-expectation failure flags `with_failure_flags` adds, in expectation order."""
-    return [f"{_FLAG_PREFIX}{i}" for i in range(len(expectations))]
-
-
-class CompiledExpectations:
-    """A table's expectations as Spark columns, built once per job: every `F.` call is a round trip to the
-    JVM, and rebuilding a suite's ~40 expressions per micro-batch cost as much driver time as a Spark job."""
-
-    def __init__(self, expectations: tuple[Expect, ...]) -> None:
-        if not expectations:
-            raise ValueError("expectations must not be empty")
-        self.expectations = expectations
-        self.flags = flag_columns(expectations)
-        self._flag_columns = [failure_of(e)[0].alias(name) for e, name in zip(expectations, self.flags, strict=True)]
-        flags = [F.col(f) for f in self.flags]
-        self._valid = ~F.greatest(*flags) if len(flags) > 1 else ~flags[0]
-        entries = []
-        for e, flag in zip(expectations, flags, strict=True):
-            entry = F.struct(F.lit(e.label).alias("expectation"), F.lit(",".join(e.columns)).alias("column"),
-                             failure_of(e)[1].alias("value"))
-            entries.append(F.when(flag, entry))
-        # array<struct<expectation, column, value>> of the expectations a flagged row fails.
-        self.failures = F.array_compact(F.array(*entries))
-
-    def with_failure_flags(self, df: DataFrame) -> DataFrame:
-        """Add a boolean `_fails_<i>` per expectation and `_valid` (the row fails none of them)."""
-        return df.select("*", *self._flag_columns).withColumn(VALID, self._valid)
-
-
-def failure_counts(flagged: DataFrame, expectations: tuple[Expect, ...]) -> tuple[int, int, dict[str, int]]:
-    """(rows, valid rows, unexpected rows per expectation label) of a `with_failure_flags` frame: one job."""
-    flags = flag_columns(expectations)
-    row = flagged.agg(F.count(F.lit(1)).alias("_n"), F.count_if(F.col(VALID)).alias("_v"),
-                      *(F.count_if(F.col(f)).alias(f) for f in flags)).first()
-    assert row is not None
-    return int(row["_n"]), int(row["_v"]), nonzero_counts(expectations, [row[f] for f in flags])
+    def counts(self, expectations: tuple[Expect, ...]) -> dict[str, int]:
+        """Unexpected rows per expectation label (only labels with some), as GE reports them."""
+        return nonzero_counts(expectations, [f.sum() for f in self.flags])
 
 
 def nonzero_counts(expectations: tuple[Expect, ...], counts: list[Any]) -> dict[str, int]:
     """Unexpected rows per expectation label, only labels with some (as GE reports them)."""
     return {e.label: int(c) for e, c in zip(expectations, counts, strict=True) if c}
+
+
+def evaluate(rows: pa.Table, expectations: tuple[Expect, ...]) -> Verdict:
+    """Which rows of `rows` fail which expectation. `rows` holds every column the specs name."""
+    if not expectations:
+        raise ValueError("expectations must not be empty")
+    flags = [_fails(e, rows) for e in expectations]
+    valid = ~np.logical_or.reduce(flags)
+    return Verdict(flags, valid)
+
+
+def failures(rows: pa.Table, expectations: tuple[Expect, ...], verdict: Verdict,
+             which: np.ndarray) -> list[list[dict[str, str | None]]]:
+    """The quarantine's `failures` entries (expectation, column, value) for the rows at indices `which`."""
+    out: list[list[dict[str, str | None]]] = [[] for _ in range(len(which))]
+    for e, flag in zip(expectations, verdict.flags, strict=True):
+        hit = np.flatnonzero(flag[which])
+        if not len(hit):
+            continue
+        picked = pa.array(which[hit], pa.int64())
+        values = _offending_values(e, rows, picked)
+        column = ",".join(e.columns)
+        for slot, value in zip(hit.tolist(), values, strict=True):
+            out[slot].append({"expectation": e.label, "column": column, "value": value})
+    return out
+
+
+def _fails(e: Expect, rows: pa.Table) -> np.ndarray:
+    a = e.args
+    match e.type:
+        case "expect_column_values_to_not_be_null":
+            return _bools(pc.is_null(rows.column(a["column"])))
+        case "expect_column_values_to_be_between":
+            c = rows.column(a["column"])
+            out = pa.scalar(False)
+            if a.get("min_value") is not None:
+                out = pc.or_(out, pc.less(c, pa.scalar(a["min_value"])))
+            if a.get("max_value") is not None:
+                out = pc.or_(out, pc.greater(c, pa.scalar(a["max_value"])))
+            return _bools(out, rows.num_rows)
+        case "expect_column_values_to_be_in_set":
+            c = rows.column(a["column"])
+            allowed = pa.array(list(a["value_set"])).cast(c.type)
+            return _bools(pc.and_(pc.is_valid(c), pc.invert(pc.is_in(c, value_set=allowed))), rows.num_rows)
+        case "expect_column_values_to_be_json_parseable":
+            return np.fromiter((v is not None and not _parses(v) for v in rows.column(a["column"]).to_pylist()),
+                               bool, rows.num_rows)
+        case "expect_column_pair_values_a_to_be_greater_than_b":
+            ca, cb = rows.column(a["column_A"]), rows.column(a["column_B"])
+            holds = pc.greater_equal(ca, cb) if a.get("or_equal") else pc.greater(ca, cb)
+            return _bools(pc.invert(holds), rows.num_rows)
+    raise ValueError(f"no Arrow evaluation for expectation type {e.type!r}")
+
+
+def _bools(flags: Any, n: int | None = None) -> np.ndarray:
+    """A comparison's result as a NumPy bool array: null (a missing value) counts as not failing."""
+    if isinstance(flags, pa.Scalar):  # a constant (between with neither bound reached Arrow as a scalar)
+        return np.full(n or 0, bool(flags.as_py()), bool)
+    return np.asarray(pc.fill_null(flags, False).to_numpy(zero_copy_only=False), bool)
+
+
+def _parses(text: str) -> bool:
+    """GE's pandas engine tests json_parseable with json.loads; so do we, or the counts could differ."""
+    try:
+        json.loads(text)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _offending_values(e: Expect, rows: pa.Table, picked: pa.Array) -> list[str | None]:
+    a = e.args
+    if e.type == "expect_column_values_to_not_be_null":
+        return [None] * len(picked)
+    if e.type == "expect_column_pair_values_a_to_be_greater_than_b":
+        ca, cb = (rows.column(a[k]).take(picked).to_pylist() for k in ("column_A", "column_B"))
+        return [f"{a['column_A']}={spark_text(x)}, {a['column_B']}={spark_text(y)}"
+                for x, y in zip(ca, cb, strict=True)]
+    return [spark_text(v) for v in rows.column(a["column"]).take(picked).to_pylist()]
+
+
+def spark_text(value: Any) -> str:
+    """`CAST(value AS STRING)` as Spark prints it (session time zone UTC); null as 'null'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _java_double(value)
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.UTC).replace(tzinfo=None)
+        text = value.strftime("%Y-%m-%d %H:%M:%S")
+        return f"{text}.{value.microsecond:06d}".rstrip("0") if value.microsecond else text
+    return str(value)
+
+
+def _java_double(x: float) -> str:
+    """Java's Double.toString: shortest digits, scientific below 1e-3 and from 1e7 on."""
+    if x != x:
+        return "NaN"
+    if x in (float("inf"), float("-inf")):
+        return "Infinity" if x > 0 else "-Infinity"
+    if x == 0 or 1e-3 <= abs(x) < 1e7:
+        return repr(x)
+    mantissa, exponent = np.format_float_scientific(x, unique=True, trim="0").split("e")
+    return f"{mantissa}E{int(exponent)}"

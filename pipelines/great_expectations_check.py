@@ -1,10 +1,10 @@
 """Validate a micro-batch with its table's Great Expectations suite.
 
-GE's verdict and per-expectation unexpected counts go to `silver.dq_runs`; the validate job also
-checks them against the row-level routing (pipelines/expectations.py), so the two can never disagree
-silently. Two engines: `pandas` validates a frame the job collected to the driver through Arrow (fast
-for live batches and up to a few hundred thousand rows; GE's Spark engine runs a Spark job per metric,
-seconds per batch), and `spark` validates where the data is (for batches too large for the driver).
+GE's verdict is the record of each run in `silver.dq_runs`. The rows are routed by pipelines/expectations.py, which
+implements the same suite; GE is not asked to agree while the job runs (tests/pipeline/test_row_checks.py has GE
+itself count what the check counts). GE validates where the rows are: its `pandas` engine a frame collected to the
+driver through Arrow (live batches, up to `validate.driver_max_rows` rows), its `spark` engine a DataFrame on the
+executors (GE's Spark engine runs a Spark job per metric, seconds per batch).
 """
 
 from __future__ import annotations

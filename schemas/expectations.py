@@ -1,8 +1,8 @@
 """Expectation specs: Great Expectations expectations declared as data, next to each table's schema.
 
 A spec names a GE 1.x expectation type and its kwargs; `schemas.suites` turns a table's specs into a
-real `great_expectations.ExpectationSuite`, and `pipelines.validation` compiles the same specs into
-Spark column predicates to route each row. Keeping the specs as plain data lets the emulator import
+real `great_expectations.ExpectationSuite` (the record of each run), and `pipelines.expectations` evaluates
+the same specs on each row to route it. Keeping the specs as plain data lets the emulator import
 table definitions without importing Great Expectations.
 
 Some checks need context a single row does not carry (the run's time window from `bronze.runs`, the
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-# Context columns the validation pipeline adds to a batch (see pipelines/context.py).
+# Context columns the validation pipeline adds to a batch (jobs/validate_routes.py TableContext).
 CTX_RUN_START_TS = "ctx_run_start_ts"          # start_ts of the row's run in bronze.runs
 CTX_BATCH_END_TS = "ctx_batch_end_ts"          # end_ts of the row's (run_id, batch_id) in bronze.runs
 CTX_TOPIC_PARTITIONS = "ctx_topic_partitions"  # the topic's partition count in bronze.topic_configs
@@ -25,7 +25,7 @@ CTX_TOPIC_KNOWN = "ctx_topic_known"            # false when a row names a topic 
 CTX_PREVIOUS_COUNT = "ctx_previous_count"      # the meter's previous cumulative count, same process
 # Broker registry (bronze.runs.broker_ids / controller_ids): every broker id a row names is one of the run's.
 CTX_BROKERS_KNOWN = "ctx_brokers_known"
-# Kafka's replication invariants within one partition_state row (pipelines/context.py, pipelines/driver_invariants.py).
+# Kafka's replication invariants within one partition_state row (pipelines/replication_invariants.py).
 CTX_ISR_SUBSET_OF_REPLICAS = "ctx_isr_subset_of_replicas"
 CTX_LEADER_IN_ISR_OR_OFFLINE = "ctx_leader_in_isr_or_offline"
 CTX_ELR_DISJOINT_FROM_ISR = "ctx_elr_disjoint_from_isr"

@@ -34,7 +34,7 @@ from schemas.expectations import (
     Expect,
 )
 
-# Context a table's expectations may need, and the ctx_* columns each one adds (pipelines/context.py).
+# Context a table's expectations may need, and the ctx_* columns each one adds (jobs/validate_routes.py TableContext).
 CONTEXT_COLUMNS: dict[str, tuple[str, ...]] = {
     "run_window": (CTX_RUN_START_TS, CTX_BATCH_END_TS),
     "topic": (CTX_TOPIC_PARTITIONS, CTX_TOPIC_KNOWN),

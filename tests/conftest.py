@@ -11,10 +11,11 @@ import pytest
 
 # Under pytest-xdist the worker's __main__ has neither __spec__ nor __file__, which pyspark.sql.connect
 # (imported by Great Expectations) takes for a doctest run without Spark Connect's dependencies, and
-# answers with sys.exit(0). A worker is no doctest run: give its __main__ a file name.
+# answers with sys.exit(0). A worker is no doctest run: give its __main__ a file, a real one that does nothing,
+# since a process spawned from the worker (validate's Great Expectations child) runs its parent's main file first.
 _main = sys.modules["__main__"]
 if getattr(_main, "__spec__", None) is None and not hasattr(_main, "__file__"):
-    _main.__file__ = "<pytest-xdist worker>"
+    _main.__file__ = str(Path(__file__).with_name("__init__.py"))
 
 
 @pytest.fixture(scope="session")

@@ -266,7 +266,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
     ran = _tasks_per_executor(events)
 
     # The same jobs, locally (this session's Spark), over the same bronze, and validate on the other route: a
-    # micro-batch above `ge_pandas_max_rows` is checked, routed and written by Spark jobs (the executor route),
+    # micro-batch above `driver_max_rows` is checked in the executors and written by Spark jobs (the executor route),
     # except its smallest tables that fit within the limit together (topic_configs, metrics_coverage and runs: the
     # limit is their rows together), which are still collected and routed on the driver.
     local = str(tmp_path / "local")
@@ -274,7 +274,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
     said: list[str] = []
     small = sum(len(read_rows(td, local)) for td in BRONZE_TABLES if td.name in DRIVER_TABLES)
     validate(spark, local, tuple(td.name for td in BRONZE_TABLES), log=said.append,
-             **{"validate.ge_pandas_max_rows": small, "alerts.rules": None, "alerts.webhooks": False})
+             **{"validate.driver_max_rows": small, "alerts.rules": None, "alerts.webhooks": False})
     settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
         f"{job}.{key}": value for job in ("posture", "slo", "alerts")
         for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})

@@ -1,6 +1,8 @@
-"""Which tables of a micro-batch over `validate.ge_pandas_max_rows` are still routed on the driver."""
+"""Which tables of a micro-batch over `validate.driver_max_rows` are still routed on the driver."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import pytest
 
@@ -25,7 +27,20 @@ def test_the_validate_flag_sets_the_limit_and_a_limit_below_one_row_is_refused_b
     from foundation.settings import SettingsError
     from jobs.validate_args import build_parser, settings_from_args
 
-    args = build_parser().parse_args(["--lakehouse", "/tmp/lake", "--ge-pandas-max-rows", "50000"])
-    assert settings_from_args(args).validate_.ge_pandas_max_rows == 50_000
-    with pytest.raises(SettingsError, match="ge_pandas_max_rows"):
-        settings_from_args(build_parser().parse_args(["--lakehouse", "/tmp/lake", "--ge-pandas-max-rows", "0"]))
+    args = build_parser().parse_args(["--lakehouse", "/tmp/lake", "--driver-max-rows", "50000"])
+    assert settings_from_args(args).validate_.driver_max_rows == 50_000
+    with pytest.raises(SettingsError, match="driver_max_rows"):
+        settings_from_args(build_parser().parse_args(["--lakehouse", "/tmp/lake", "--driver-max-rows", "0"]))
+
+
+@pytest.mark.parametrize(("key", "says"), [("ge_engine", "validate.driver_max_rows"),
+                                           ("ge_pandas_max_rows", "renamed validate.driver_max_rows"),
+                                           ("ge_behind", "always hand Great Expectations to a worker")])
+def test_a_file_naming_a_removed_validate_setting_is_told_what_replaced_it(tmp_path: Any, key: str,
+                                                                          says: str) -> None:
+    from foundation.settings import SettingsError, load_settings
+
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(f"validate:\n  {key}: auto\n")
+    with pytest.raises(SettingsError, match=f"validate.{key}: no longer a setting.*{says}"):
+        load_settings(path)

@@ -37,13 +37,11 @@ def test_a_meter_row_without_a_count_is_skipped_not_fatal() -> None:
     assert counts.latest == {KEY_A: (10 * S, 5)}
 
 
-def test_history_gives_counts_before_the_batch_within_the_lookback(spark: Any) -> None:
+def test_before_gives_counts_before_the_batch_within_the_lookback() -> None:
     counts = LastCounts(lookback_us=60 * S)
     counts.fold(_rows((KEY_A, 50 * S, 7), (KEY_B, 100 * S, 2)))
-    rows = counts.history(spark, before_us=100 * S).collect()
-    assert [(r["broker_id"], r["count"]) for r in rows] == [(1, 7)]  # B is not strictly before the batch
-    assert rows[0]["ts"].timestamp() == 50 and rows[0]["process_start_ts"].timestamp() == 0
-    assert counts.history(spark, before_us=200 * S).collect() == []  # A is beyond the look-back
+    assert counts.before(100 * S) == {KEY_A: 7}  # B is not strictly before the batch
+    assert counts.before(200 * S) == {}  # A is beyond the look-back
 
 
 def test_lookback_must_be_positive() -> None:

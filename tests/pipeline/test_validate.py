@@ -127,16 +127,17 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_rest_reaches_silver(spark
     assert sum(f["unexpected_count"] for f in failed) == sum(len(v) for v in expected_reasons.values())
 
 
-# A slow test (make test-all): in make test the executor route is taken by test_kafka_invariants…[spark] and, over
-# every table, by the standalone-cluster test in tests/test_object_store.py (silver and gold equal to the driver's).
+# A slow test (make test-all): in make test the executor route is taken, over every table, by the standalone-cluster
+# test in tests/test_object_store.py (silver and gold equal to the driver's), and its check row by row by
+# tests/pipeline/test_row_checks.py.
 @pytest.mark.slow
-def test_batches_over_the_pandas_limit_get_the_same_verdict_from_ge_spark_engine(spark: Any, lakehouse: str) -> None:
+def test_batches_over_the_driver_limit_get_the_same_verdict_on_the_executors(spark: Any, lakehouse: str) -> None:
     emulate(lakehouse, duration="6s", faults=[])
     gauge = next(r for r in rows(BROKER_METRICS, lakehouse) if r["name"] == "UnderReplicatedPartitions")
     append(BROKER_METRICS, lakehouse, [{**gauge, "ts": _later(gauge, 1), "value": -1.0},
                                        {**gauge, "ts": _later(gauge, 2), "kind": "histogram", "value": -2.0}])
 
-    validate(spark, lakehouse, ("broker_metrics",), **{"validate.ge_pandas_max_rows": 1})
+    validate(spark, lakehouse, ("broker_metrics",), **{"validate.driver_max_rows": 1})
 
     dq = DeltaTable(DQ_RUNS.path(lakehouse)).to_pyarrow_table().to_pylist()
     assert {d["ge_engine"] for d in dq} == {"spark"}
@@ -233,10 +234,10 @@ def _bad_partition_states(template: dict[str, Any]) -> tuple[list[dict[str, Any]
     return out, expected
 
 
-# The driver route, and the Spark route (slow: make test-all; test_batches_over_the_pandas_limit_get_the_same_
-# verdict_from_ge_spark_engine covers that route in make test)
-@pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.slow)])
-def test_kafka_invariants_quarantine_with_named_reasons(spark: Any, lakehouse: str, engine: str) -> None:
+# On the driver, and on the executors (slow: make test-all; see the note above
+# test_batches_over_the_driver_limit_get_the_same_verdict_on_the_executors)
+@pytest.mark.parametrize("where", ["driver", pytest.param("executors", marks=pytest.mark.slow)])
+def test_kafka_invariants_quarantine_with_named_reasons(spark: Any, lakehouse: str, where: str) -> None:
     emulate(lakehouse, duration="6s", faults=[])
     config = rows(TOPIC_CONFIGS, lakehouse)[0]
     append(TOPIC_CONFIGS, lakehouse, [{**config, "topic": "bad", "partitions": 32},
@@ -250,7 +251,7 @@ def test_kafka_invariants_quarantine_with_named_reasons(spark: Any, lakehouse: s
     event = rows(CLUSTER_EVENTS, lakehouse)[0]
     append(CLUSTER_EVENTS, lakehouse, [{**event, "seq": 10_000, "broker_id": 99}])
 
-    validate(spark, lakehouse, **{"validate.ge_engine": engine})
+    validate(spark, lakehouse, **{"validate.driver_max_rows": 500_000 if where == "driver" else 1})
 
     quarantined = rows(QUARANTINE_TABLES["partition_state"], lakehouse)
     got = {q["partition"]: {f["expectation"] for f in q["failures"]} for q in quarantined}
@@ -266,7 +267,8 @@ def test_kafka_invariants_quarantine_with_named_reasons(spark: Any, lakehouse: s
         assert [(q[key], [f["expectation"] for f in q["failures"]]) for q in bad] == [
             (1 if name == "topic_configs" else 99, ["broker_ids_known"])], name
     dq = DeltaTable(DQ_RUNS.path(lakehouse)).to_pyarrow_table().to_pylist()
-    assert {d["ge_engine"] for d in dq} == {engine}
+    assert {d["ge_engine"] for d in dq if d["table_name"] == "partition_state"} == {
+        "pandas" if where == "driver" else "spark"}
     failed: dict[str, int] = {}
     for d in dq:
         if d["table_name"] == "partition_state":

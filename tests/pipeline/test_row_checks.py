@@ -1,5 +1,6 @@
-"""Live batches are validated on the driver (pipelines/arrow_expectations.py, pipelines/driver_context.py):
-the same flags, reasons and context as the Spark predicates and joins that route large batches."""
+"""The one check of a row (pipelines/expectations.py, pipelines/reference_context.py, pipelines/context.py,
+pipelines/replication_invariants.py): its flags, reasons and context, written out; the same counts as Great
+Expectations' own engine; and the same rows, flags and reasons whether the driver or the executors check them."""
 
 from __future__ import annotations
 
@@ -10,14 +11,14 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 import pytest
-from pyspark.sql import functions as F
 
-from pipelines.arrow_expectations import evaluate, failures, spark_text
-from pipelines.context import LastCounts, with_run_window, with_topic
-from pipelines.context import with_previous_count as spark_previous_count
-from pipelines.driver_context import RunWindows, TopicPartitions, with_previous_count
-from pipelines.expectations import FAILURES, VALID, CompiledExpectations
-from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS
+from jobs.validate_routes import TableContext, check_partition
+from pipelines.context import LastCounts, LastStates, with_previous_count
+from pipelines.expectations import FAILURES, VALID, evaluate, failures, spark_text
+from pipelines.great_expectations_check import SuiteValidator, arrow_to_ge_frame
+from pipelines.reference_context import BrokerRegistry, RunWindows, TopicPartitions
+from pipelines.replication_invariants import with_previous_state
+from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE
 from schemas.expectations import (
     CTX_BATCH_END_TS,
     CTX_BROKERS_KNOWN,
@@ -27,6 +28,8 @@ from schemas.expectations import (
     CTX_TOPIC_KNOWN,
     CTX_TOPIC_PARTITIONS,
 )
+from schemas.silver import QUARANTINE_TABLES
+from schemas.table import CONTEXT_COLUMNS
 
 T0 = dt.datetime(2026, 11, 23, 12, 0, 0, tzinfo=dt.UTC)
 S = 1_000_000
@@ -66,30 +69,47 @@ BAD_METRICS = [
 ]
 
 
-def test_arrow_flags_and_reasons_equal_the_spark_predicates_row_for_row(spark: Any) -> None:
+def test_each_rows_flags_and_reasons_are_the_ones_an_operator_reads() -> None:
     rows = _metrics_with_context(BAD_METRICS)
     expectations = BROKER_METRICS.expectations
     verdict = evaluate(rows, expectations)
-    compiled = CompiledExpectations(expectations)
-    flagged = compiled.with_failure_flags(spark.createDataFrame(rows))
-    spark_rows = flagged.withColumn(FAILURES, compiled.failures).toPandas()
-
-    assert verdict.valid.tolist() == spark_rows[VALID].tolist()
-    for flag, arrow_flag in zip(compiled.flags, verdict.flags, strict=True):
-        assert arrow_flag.tolist() == spark_rows[flag].tolist(), flag
+    assert verdict.valid.tolist() == [True, False, False, True, False, False, False, True, False, False, False]
     which = pd.Index(range(len(BAD_METRICS)))[~verdict.valid].to_numpy()
-    arrow_reasons = failures(rows, expectations, verdict, which)
-    spark_reasons = [[dict(f) for f in spark_rows[FAILURES][i]] for i in which]
-    assert arrow_reasons == spark_reasons
-    # The readable values themselves, as an operator sees them in the quarantine.
-    by_row = dict(zip(which.tolist(), arrow_reasons, strict=True))
-    assert by_row[2] == [{"expectation": "between(0<=value)", "column": "value", "value": "-5.0"}]
-    assert by_row[6][0]["value"] == "count=93, ctx_previous_count=100"
-    assert [f["expectation"] for f in by_row[5]] == ["not_null(kind)"]
-    assert 3 not in by_row and 7 not in by_row and 0 not in by_row
-    assert by_row[10] == [{"expectation": "broker_ids_known", "column": CTX_BROKERS_KNOWN, "value": "false"}]
-    assert by_row[8][0]["value"].startswith("ctx_batch_end_ts=2026-11-23 12:00:01, ts=2027-11-23 12:00:00.00012")
-    assert verdict.counts(expectations) == dict(Counter(f["expectation"] for r in arrow_reasons for f in r))
+    reasons = dict(zip(which.tolist(), failures(rows, expectations, verdict, which), strict=True))
+    assert reasons[1] == [{"expectation": "not_null(mbean)", "column": "mbean", "value": None}]
+    assert reasons[2] == [{"expectation": "between(0<=value)", "column": "value", "value": "-5.0"}]
+    assert reasons[4] == [{"expectation": "in_set(name)", "column": "name", "value": "NotAKafkaMetric"}]
+    assert [f["expectation"] for f in reasons[5]] == ["not_null(kind)"]  # null: not also "not in the set"
+    assert reasons[6] == [{"expectation": "pair(count>=ctx_previous_count)", "column": "count,ctx_previous_count",
+                           "value": "count=93, ctx_previous_count=100"}]
+    assert reasons[8] == [{"expectation": "pair(ctx_batch_end_ts>=ts)", "column": "ctx_batch_end_ts,ts",
+                           "value": "ctx_batch_end_ts=2026-11-23 12:00:01, ts=2027-11-23 12:00:00.00012"}]
+    assert reasons[9] == [{"expectation": "pair(ts>=ctx_run_start_ts)", "column": "ts,ctx_run_start_ts",
+                           "value": "ts=2026-11-22 12:00:00, ctx_run_start_ts=2026-11-23 11:59:50"},
+                          {"expectation": "pair(ts>=process_start_ts)", "column": "ts,process_start_ts",
+                           "value": "ts=2026-11-22 12:00:00, process_start_ts=2026-11-23 12:00:00"}]
+    assert reasons[10] == [{"expectation": "broker_ids_known", "column": CTX_BROKERS_KNOWN, "value": "false"}]
+    assert verdict.counts(expectations) == dict(Counter(f["expectation"] for r in reasons.values() for f in r))
+
+
+@pytest.fixture(scope="module")
+def great_expectations() -> SuiteValidator:
+    return SuiteValidator(engines=("pandas",))
+
+
+def test_great_expectations_counts_what_the_check_counts_on_every_kind_of_bad_row(
+        great_expectations: SuiteValidator) -> None:
+    """Great Expectations itself, given the same rows with their context, counts the same failures per
+    expectation: the check implements the suite GE records, nulls and pairs included."""
+    metrics = _metrics_with_context(BAD_METRICS)
+    outcome = great_expectations.validate_frame(BROKER_METRICS, arrow_to_ge_frame(metrics))
+    assert outcome.unexpected == evaluate(metrics, BROKER_METRICS.expectations).counts(BROKER_METRICS.expectations)
+    assert len(outcome.unexpected) == 9 and not outcome.success
+    states = _states_with_context(STATES)
+    outcome = great_expectations.validate_frame(PARTITION_STATE, arrow_to_ge_frame(states))
+    counts = evaluate(states, PARTITION_STATE.expectations).counts(PARTITION_STATE.expectations)
+    assert outcome.unexpected == counts
+    assert counts["isr_subset_of_replicas"] == 2 and counts["high_watermark_within_leader_leo"] == 4
 
 
 def test_json_parseable_follows_json_loads_as_great_expectations_pandas_engine_does() -> None:
@@ -115,7 +135,7 @@ def _runs(*rows: tuple[str, int, int, int]) -> pa.Table:
                      "end_ts": pa.array([r[3] for r in rows], pa.int64()).cast(TS)})
 
 
-def test_run_windows_equal_the_spark_join_and_load_only_on_a_miss(spark: Any) -> None:
+def test_run_windows_load_only_on_a_miss_and_leave_unknown_runs_null() -> None:
     loads: list[list[str]] = []
     stored = _runs(("r", 0, 0, 1 * S), ("r", 1, 0, 2 * S), ("q", 0, 5 * S, 6 * S))
 
@@ -128,13 +148,7 @@ def test_run_windows_equal_the_spark_join_and_load_only_on_a_miss(spark: Any) ->
     batch = pa.table({"run_id": ["r", "r", "q", "nope", None], "batch_id": pa.array([0, 1, 0, 0, 3], pa.int64())})
     out = windows.add_columns(batch)
     assert loads == [["nope", "q", "r"]]  # one read for every key the driver lacked
-    joined = with_run_window(spark.createDataFrame(batch), spark.createDataFrame(stored))
-    expected = {(r["run_id"], r["batch_id"]): (r["s"], r["e"]) for r in joined.select(
-        "run_id", "batch_id", F.unix_micros(CTX_RUN_START_TS).alias("s"), F.unix_micros(CTX_BATCH_END_TS).alias("e"),
-    ).collect()}
-    got = out.select(["run_id", "batch_id"]).to_pylist()
     micros = [out.column(c).cast(pa.int64()).to_pylist() for c in (CTX_RUN_START_TS, CTX_BATCH_END_TS)]
-    assert [expected[(g["run_id"], g["batch_id"])] for g in got] == list(zip(*micros, strict=True))
     assert list(zip(*micros, strict=True)) == [(0, S), (0, 2 * S), (5 * S, 6 * S), (None, None), (None, None)]
     windows.add_columns(batch.slice(0, 3))
     assert len(loads) == 1  # known keys: no read
@@ -146,15 +160,12 @@ def test_run_windows_stay_bounded() -> None:
     assert sorted(windows.ends) == [("r", 7), ("r", 8), ("r", 9)]
 
 
-def test_topic_partitions_mark_unknown_topics(spark: Any) -> None:
+def test_topic_partitions_mark_unknown_topics() -> None:
     configs = pa.table({"run_id": ["r", "r"], "topic": ["t", "t"], "partitions": pa.array([4, 4], pa.int32())})
     topics = TopicPartitions(lambda _ids: configs)
     batch = pa.table({"run_id": ["r", "r", "r"], "topic": ["t", "other", None]})
     out = topics.add_columns(batch).to_pylist()
     assert [(r[CTX_TOPIC_PARTITIONS], r[CTX_TOPIC_KNOWN]) for r in out] == [(4, True), (None, False), (None, True)]
-    expected = with_topic(spark.createDataFrame(batch), spark.createDataFrame(configs))
-    assert sorted((r["topic"] or "", r[CTX_TOPIC_KNOWN]) for r in expected.collect()) == \
-        sorted((r["topic"] or "", r[CTX_TOPIC_KNOWN]) for r in out)
 
 
 def test_previous_count_comes_from_the_batch_then_from_the_driver_history() -> None:
@@ -168,15 +179,15 @@ def test_previous_count_comes_from_the_batch_then_from_the_driver_history() -> N
                      "process_start_ts": pa.array([0, 0, 0, 0], pa.int64()).cast(TS),
                      "ts": pa.array([12 * S, 10 * S, 70 * S, 10 * S], pa.int64()).cast(TS),
                      "count": pa.array([60, 55, 9, 1], pa.int64())})
-    out = with_previous_count(rows, last, min_ts_us=10 * S)
+    out = with_previous_count(rows, last.before(10 * S), {})
     # broker 1: 55 follows the history's 50, 60 follows 55; broker 2's history (1 s) is within 60 s of the
     # batch; broker 3 has none.
     assert out.column(CTX_PREVIOUS_COUNT).to_pylist() == [55, 50, 7, None]
 
 
-def test_a_row_without_ts_precedes_nothing_on_either_route(spark: Any) -> None:
-    """The previous count by ts, with a bad row that has none (it is quarantined, but it must not become the
-    predecessor of the meter's first row on one route and not on the other)."""
+def test_a_row_without_ts_precedes_nothing() -> None:
+    """The previous count by ts, with a bad row that has none: it is quarantined, and must not become the
+    predecessor of the meter's first row."""
     mbean = "kafka.server:type=BrokerTopicMetrics,name=MessagesInPerSec"
     last = LastCounts(lookback_us=60 * S)
     last.fold(pd.DataFrame([("r", 1, mbean, 0, 9 * S, 50)],
@@ -185,12 +196,8 @@ def test_a_row_without_ts_precedes_nothing_on_either_route(spark: Any) -> None:
                      "mbean": [mbean] * 3, "process_start_ts": pa.array([0, 0, 0], pa.int64()).cast(TS),
                      "ts": pa.array([12 * S, None, 10 * S], pa.int64()).cast(TS),
                      "count": pa.array([60, 999, 55], pa.int64())})
-    on_driver = with_previous_count(rows, last, min_ts_us=10 * S).column(CTX_PREVIOUS_COUNT).to_pylist()
-    batch = spark.createDataFrame(rows.to_pandas())
-    in_spark = {r["row"]: r[CTX_PREVIOUS_COUNT] for r in spark_previous_count(
-        batch, last.history(spark, 10 * S)).select("row", CTX_PREVIOUS_COUNT).collect()}
-    assert on_driver == [55, 60, 50]  # 55 follows the history's 50, 60 follows 55, the row without ts comes last
-    assert [in_spark[i] for i in range(3)] == on_driver
+    previous = with_previous_count(rows, last.before(10 * S), {}).column(CTX_PREVIOUS_COUNT).to_pylist()
+    assert previous == [55, 60, 50]  # 55 follows the history's 50, 60 follows 55, the row without ts comes last
 
 
 def _state(**over: Any) -> dict[str, Any]:
@@ -228,30 +235,35 @@ STATES = [
 ]
 
 
-def test_replication_invariants_and_broker_registry_equal_the_spark_columns_row_for_row(spark: Any) -> None:
-    from pipelines.context import with_broker_registry, with_replication_invariants
-    from pipelines.driver_invariants import BrokerRegistry
-    from pipelines.driver_invariants import with_replication_invariants as on_driver
-    from schemas.bronze import PARTITION_STATE
-    from schemas.table import CONTEXT_COLUMNS
-
+def _state_rows(states: list[dict[str, Any]]) -> pa.Table:
     schema = PARTITION_STATE.landing_schema
-    rows = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in STATES], schema=schema)
-    runs = pa.table({"run_id": ["r", "r"], "broker_ids": pa.array([[1, 2, 3], [3]], pa.list_(pa.int32())),
+    return pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in states], schema=schema)
+
+
+def _states_context(history: dict[tuple[Any, ...], tuple[Any, ...]] | None = None) -> TableContext:
+    """partition_state's context with run "r" registered (brokers 1-3, controller 3000), started at T0 - 10 s."""
+    runs = pa.table({"run_id": ["r", "r"], "batch_id": pa.array([1, 2], pa.int64()),
+                     "start_ts": pa.array([T0 - dt.timedelta(seconds=10)] * 2, TS),
+                     "end_ts": pa.array([T0 + dt.timedelta(seconds=1), T0 + dt.timedelta(hours=1)], TS),
+                     "broker_ids": pa.array([[1, 2, 3], [3]], pa.list_(pa.int32())),
                      "controller_ids": pa.array([[3000], []], pa.list_(pa.int32()))})
+    topics = pa.table({"run_id": ["r"], "topic": ["t"], "partitions": pa.array([4], pa.int32())})
+
+    def of_runs(table: pa.Table) -> Any:
+        return lambda ids: table.filter(pa.compute.is_in(table.column("run_id"), pa.array(list(ids))))
+    return TableContext(PARTITION_STATE, RunWindows(of_runs(runs)), TopicPartitions(of_runs(topics)),
+                        BrokerRegistry(of_runs(runs)), {}, history or {})
+
+
+def _states_with_context(states: list[dict[str, Any]]) -> pa.Table:
+    return _states_context().add(_state_rows(states), {})
+
+
+def test_replication_invariants_and_broker_registry_row_by_row() -> None:
     assert PARTITION_STATE.broker_refs is not None
-    registry = BrokerRegistry(lambda ids: runs.filter(pa.compute.is_in(runs.column("run_id"), pa.array(list(ids)))))
-    driver = registry.add_columns(on_driver(rows), PARTITION_STATE.broker_refs)
-    joined = with_broker_registry(with_replication_invariants(spark.createDataFrame(rows)), spark.createDataFrame(runs),
-                                  PARTITION_STATE.broker_refs)
+    driver = _states_with_context(STATES)
     names = [*CONTEXT_COLUMNS["replication"], CTX_BROKERS_KNOWN]
-    by_spark = {(r["run_id"], r["high_watermark"], str(r["replicas"]), str(r["isr"]), str(r["elr"]), r["leader"],
-                 str(r["replica_leos"]), r["log_start_offset"]): [r[n] for n in names] for r in joined.collect()}
-    assert len(by_spark) == len(STATES)
     got = [[r[n] for n in names] for r in driver.to_pylist()]
-    expected = [by_spark[(r["run_id"], r["high_watermark"], str(r["replicas"]), str(r["isr"]), str(r["elr"]),
-                          r["leader"], str(r["replica_leos"]), r["log_start_offset"])] for r in driver.to_pylist()]
-    assert got == expected
     fails = {i: [n for n, v in zip(names, flags, strict=True) if v is False] for i, flags in enumerate(got)}
     assert fails[0] == [] and fails[3] == [] and fails[4] == [] and fails[12] == []
     assert fails[1] == ["ctx_isr_subset_of_replicas", "ctx_brokers_known"]
@@ -266,26 +278,58 @@ def test_replication_invariants_and_broker_registry_equal_the_spark_columns_row_
     assert fails[13] == ["ctx_high_watermark_within_leader_leo"]
     assert fails[14] == ["ctx_high_watermark_within_leader_leo", "ctx_log_start_offset_within_high_watermark"]
     assert fails[15] == ["ctx_log_start_offset_within_high_watermark"]
+    assert fails[16] == ["ctx_elr_disjoint_from_isr", "ctx_brokers_known"]  # a null element is a value of its own
     assert got[17][names.index("ctx_high_watermark_within_leader_leo")] is None
     assert all(v is None for v in got[18][:-1]) and got[19][-1] is None  # null inputs; a run without registry
 
 
-def test_a_snapshot_without_ts_precedes_nothing_on_either_route(spark: Any) -> None:
-    """As for the previous count: the partition's snapshot without ts comes last on both routes, so the first
-    snapshot of the batch is compared with nothing (no history), not with the bad row's epochs."""
-    from pipelines.context import LastStates
-    from pipelines.context import with_previous_state as in_spark
-    from pipelines.driver_invariants import with_previous_state as on_driver
-    from schemas.bronze import PARTITION_STATE
-
-    schema = PARTITION_STATE.landing_schema
+def test_a_snapshot_without_ts_precedes_nothing() -> None:
+    """As for the previous count: the partition's snapshot without ts comes last, so the first snapshot of the batch
+    is compared with nothing (no history), not with the bad row's epochs."""
     states = [_state(ts=T0 + dt.timedelta(seconds=2)), _state(ts=None, leader_epoch=9, partition_epoch=11),
               _state(ts=T0)]
-    rows = pa.Table.from_pylist([{c: r.get(c) for c in schema.names} for r in states], schema=schema)
-    last = LastStates(lookback_us=60 * S)
-    driver = on_driver(rows, last, min_ts_us=int(T0.timestamp() * S)).column(CTX_PREVIOUS_LEADER_EPOCH).to_pylist()
-    spark_rows = in_spark(spark.createDataFrame(rows), last.history(spark, int(T0.timestamp() * S))).collect()
-    # Spark hands timestamps back naive, in UTC (the session's zone, and this machine's).
-    by_ts = {r["ts"] and r["ts"].replace(tzinfo=dt.UTC): r[CTX_PREVIOUS_LEADER_EPOCH] for r in spark_rows}
-    assert driver == [3, 3, None]  # T0+2 s follows T0's epoch 3; the row without ts follows T0+2 s; T0: nothing
-    assert [by_ts[s["ts"]] for s in states] == driver
+    previous = with_previous_state(_state_rows(states), LastStates(60 * S).before(int(T0.timestamp() * S)), {})
+    # T0+2 s follows T0's epoch 3; the row without ts follows T0+2 s; T0: nothing.
+    assert previous.column(CTX_PREVIOUS_LEADER_EPOCH).to_pylist() == [3, 3, None]
+
+
+def test_the_executors_check_each_row_as_the_driver_does(spark: Any) -> None:
+    """Five snapshots of each of 20 partitions out of time order, with every bad form of STATES, checked on the
+    executors (hashed by partition, two rows an Arrow batch, so a partition's predecessor is carried between batches)
+    and on the driver: the same context, verdict and reasons row for row."""
+    from jobs.validate_routes import ExecutorRoute
+
+    states = [dict(s, partition=p, ts=T0 + dt.timedelta(seconds=(7 * k + 3 * p) % 5 + 1, milliseconds=i),
+                   leader_epoch=3 + k % 3,
+                   row=len(STATES) * (5 * p + k) + i)
+              for p in range(20) for k in range(5) for i, s in enumerate(STATES)
+              if i == (p + k) % len(STATES) or i == 0]
+    rows = _state_rows(states).append_column("row", pa.array([s["row"] for s in states], pa.int64()))
+    history = {("r", "t", p): (1, 2, 5, 100, 10) for p in range(0, 20, 2)}  # half the partitions known before
+    on_driver = _states_context(history).add(rows, {})
+    verdict = evaluate(on_driver, PARTITION_STATE.expectations)
+    which = pd.Index(range(rows.num_rows))[~verdict.valid].to_numpy()
+    reasons = dict(zip(which.tolist(), failures(on_driver, PARTITION_STATE.expectations, verdict, which),
+                       strict=True))
+    expected = {r["row"]: (r, bool(verdict.valid[i]), reasons.get(i)) for i, r in enumerate(on_driver.to_pylist())}
+
+    route = ExecutorRoute(spark, PARTITION_STATE, "/nowhere", None, None)  # type: ignore[arg-type]
+    context = _states_context(history).known_only(["r", "unknown-run"])
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "2")
+    try:
+        checked = route._checked(spark.createDataFrame(rows), context).toArrow().to_pylist()
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert len(checked) == rows.num_rows == len(expected)
+    columns = [c for c in on_driver.column_names if c.startswith("ctx_")]
+    assert len(columns) == 17
+    for r in checked:
+        driver_row, valid, failed = expected[r["row"]]
+        assert [r[c] for c in columns] == [driver_row[c] for c in columns], r["row"]
+        assert (r[VALID], r[FAILURES]) == (valid, failed), r["row"]
+    assert sum(not r[VALID] for r in checked) == len(which) > 20
+
+
+def test_check_partition_yields_nothing_for_no_rows() -> None:
+    failures_type = QUARANTINE_TABLES[PARTITION_STATE.name].arrow_schema.field(FAILURES).type
+    assert list(check_partition(_states_context(), failures_type, iter([]))) == []
