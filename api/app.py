@@ -60,6 +60,7 @@ async def _dashboards_lifespan(app: FastAPI) -> AsyncIterator[None]:
 def create_app(settings: PipelineSettings) -> FastAPI:
     """The app over `settings.lakehouse`. The bearer token is read from ISRWATCH_API_TOKEN when the settings
     carry none; without one, mutations answer 503."""
+    settings.use_storage()
     api = settings.api
     if api.token is None and os.environ.get(TOKEN_ENV):
         api = api.model_validate({**api.model_dump(), "token": os.environ[TOKEN_ENV]})
@@ -67,16 +68,16 @@ def create_app(settings: PipelineSettings) -> FastAPI:
                   description="Kafka durability analytics: alerts, durability SLOs, configuration posture, "
                               "partition state and read-only SQL over the isrwatch lakehouse.")
     app.state.settings = api
-    app.state.reader = LakehouseReader(settings.lakehouse, refresh_s=api.refresh_seconds)
-    app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh_seconds)
+    app.state.reader = LakehouseReader(settings.lakehouse, refresh_s=api.refresh.total_seconds())
+    app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh.total_seconds())
     app.state.slos = load_slos(settings.slo.specs)
     app.state.responses = ResponseCache()
     app.state.sql_pool = SqlWorkerPool(settings.lakehouse, workers=api.query_workers,
                                        spare=api.query_spare_worker, memory_mb=api.query_worker_memory_mb,
-                                       refresh_s=api.refresh_seconds)
+                                       refresh_s=api.refresh.total_seconds())
     app.state.sql_clients = ClientSlots(api.query_max_per_client)
-    app.state.page_keeper = (PageKeeper(app.state.reader, api.dashboard_prebuild_seconds)
-                             if api.dashboard_prebuild_seconds > 0 else None)
+    app.state.page_keeper = (PageKeeper(app.state.reader, api.dashboard_prebuild.total_seconds())
+                             if api.dashboard_prebuild.total_seconds() > 0 else None)
     app.add_middleware(ResponseCacheMiddleware)
     install_handlers(app)
     from api import dashboard_routes  # after the API routes: the dashboards own `/`

@@ -51,7 +51,7 @@ ClusterQuery = Annotated[str | None, Query(max_length=200, description="cluster 
 WindowQuery = Annotated[int | None, Query(gt=0, le=MAX_WINDOW_MINUTES, description="minutes of data up to the "
                                           f"cluster's latest snapshot (default {DEFAULT_WINDOW_MINUTES})")]
 RefreshQuery = Annotated[float | None, Query(ge=0, le=3600, description="seconds between refreshes, 0: none "
-                                             "(default: api.dashboard_refresh_seconds)")]
+                                             "(default: api.dashboard_refresh)")]
 SinceQuery = Annotated[str | None, Query(max_length=1000, description="the version the client shows: when it "
                                          "is still current the answer carries no figures")]
 PageName = Annotated[str, Path(max_length=100)]
@@ -71,7 +71,7 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
                 params: DashboardParams, refresh_seconds: float | None) -> StreamingResponse:
     """The page's head at once, then the rest when its figures are computed: a browser opening the page fetches
     and compiles plotly.js meanwhile instead of after."""
-    refresh = settings.dashboard_refresh_seconds if refresh_seconds is None else refresh_seconds
+    refresh = settings.dashboard_refresh.total_seconds() if refresh_seconds is None else refresh_seconds
     try:
         head, rest = await run_in_threadpool(page_parts, reader, page, params, links=_links(request, params),
                                              refresh_seconds=refresh)

@@ -22,7 +22,7 @@ router = APIRouter(prefix="/api/v1", tags=["query"], dependencies=[Depends(requi
 _SCAN_INLINE_MAX = 4096
 _ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "not one read-only query, over a nesting or operator limit, or the query failed"},
-    408: {"description": "past api.query_timeout_seconds"},
+    408: {"description": "past api.query_timeout"},
     413: {"description": "longer than api.query_max_bytes"},
     429: {"description": "this client already runs api.query_max_per_client queries"},
     503: {"description": "all SQL workers busy, or the worker running the query died"},
@@ -71,7 +71,7 @@ async def query(body: QueryRequest, request: Request) -> dict[str, Any]:
                             "wait for it to end", headers={"Retry-After": "1"})
     pool: SqlWorkerPool = request.app.state.sql_pool
     try:
-        result = await pool.run(sql, cap, settings.query_timeout_seconds, settings.query_wait_seconds)
+        result = await pool.run(sql, cap, settings.query_timeout.total_seconds(), settings.query_wait.total_seconds())
     except QueryRejected as e:
         raise ApiError(400, f"rejected: {e}") from None
     except QueryFailed as e:

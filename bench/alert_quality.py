@@ -88,7 +88,7 @@ def quality(scenarios: list[Path], seeds: list[int] | None = None) -> None:
         "lakehouse": lake, "validate.tables": TABLES, "validate.max_files_per_trigger": 8,
         "alerts.max_files_per_trigger": 8, **{f"{j}.trigger": "available-now" for j in
                                                ("validate", "posture", "slo", "alerts")},
-        "alerts.webhooks": False, **{f"{j}.wait_for_tables_seconds": 0 for j in ("validate", "posture", "slo",
+        "alerts.webhooks": False, **{f"{j}.wait_for_tables": "0 seconds" for j in ("validate", "posture", "slo",
                                                                                   "alerts")}})
     began = time.monotonic()
     for q in start_validation(spark, settings, log=lambda _: None).queries.values():

@@ -77,7 +77,7 @@ def dashboards_phase(server: Server, on_request: Server | None, page_loads: int)
           f"fresh context, then {page_loads - 1} more in the same context (topic page: {biggest['topic']}, "
           f"{biggest.get('partitions')} partitions, the largest)"
           + ("" if on_request is None else "; side by side, each page's first load from a second server with "
-             "the keeper off (api.dashboard_prebuild_seconds: 0), whose figures are built when the page asks"))
+             "the keeper off (api.dashboard_prebuild: 0 seconds), whose figures are built when the page asks"))
     rows = []
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)

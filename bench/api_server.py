@@ -33,7 +33,7 @@ class Server:
         argv = [str(Path(sys.executable).parent / "isrwatch"), "serve", "--lakehouse", str(data), "--port", str(port)]
         if not prebuild:  # the shipped settings with the page keeper off: figures built only when a page asks
             settings = yaml.safe_load((ROOT / "conf" / "pipeline.yaml").read_text())
-            settings["api"]["dashboard_prebuild_seconds"] = 0
+            settings["api"]["dashboard_prebuild"] = "0 seconds"
             config = data / f"{name}.yaml"
             config.write_text(yaml.safe_dump(settings))
             argv += ["--config", str(config)]

@@ -265,7 +265,7 @@ def pipeline_file(path: Path, lake: str, rules: Path, overrides: list[str]) -> P
             raise SystemExit(f"--set {override}: {dotted} is not a key of conf/pipeline.yaml")
         node[key] = yaml.safe_load(value)
     raw["lakehouse"] = lake
-    raw["validate"]["wait_for_tables_seconds"] = 600
+    raw["validate"]["wait_for_tables"] = "600 seconds"
     raw["alerts"]["rules"] = str(rules)
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path

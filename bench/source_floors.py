@@ -38,7 +38,7 @@ from pyspark.sql import functions as F
 from bench.delta_log import new_commits
 from bench.percentiles import percentile
 from foundation.bronze_log import added_paths
-from foundation.settings import load_settings
+from foundation.settings import load_settings, spark_interval
 from foundation.spark import build_spark_session
 from jobs.validate_source import bronze_rows
 from schemas.bronze import BROKER_METRICS, BRONZE_TABLES, PARTITION_STATE
@@ -98,7 +98,7 @@ def measure(spark: SparkSession, lake: str, shape: Shape, committed: Committed, 
     starting = {td.name: max(committed.latest(td.name), 0) for td in tables}  # its one commit falls in the warm-up
     frame: DataFrame = bronze_rows(spark, settings, tables, starting).withColumn("_file", F.input_file_name())
     if shape.dedup:
-        frame = (frame.withWatermark("ingested_at", settings.validate_.dedup_window)
+        frame = (frame.withWatermark("ingested_at", spark_interval(settings.validate_.dedup_window))
                  .dropDuplicatesWithinWatermark(["_table", "_key"]))
     began, began_wall = time.monotonic(), time.time()
     latency: list[float] = []

@@ -15,6 +15,7 @@ import numpy as np
 
 from broker_emulator.config import ConsumerSpec
 from broker_emulator.state import NO_BROKER
+from schemas.bronze import EventType
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -63,7 +64,7 @@ class Consumers:
                 lost = int(g.position[i] - hw[i])
                 g.reset[i] += lost
                 g.total_reset += lost
-                self.events.emit("consumer_offset_reset", p=int(ps[i]), broker_id=int(leader[i]),
+                self.events.emit(EventType.CONSUMER_OFFSET_RESET, p=int(ps[i]), broker_id=int(leader[i]),
                                  cause="offset_out_of_range", records=lost,
                                  detail={"group": g.spec.group, "from": int(g.position[i]), "to": int(hw[i])})
                 g.position[i] = hw[i]

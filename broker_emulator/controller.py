@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from broker_emulator.state import NO_BROKER, RECOVERED, RECOVERING
+from schemas.bronze import EventType
 from schemas.kafka_metrics import CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
@@ -92,13 +93,13 @@ class Controller:
 
     def fence(self, b: int, cause: str) -> None:
         self.fenced[b] = True
-        self.sim.events.emit("fenced", broker_id=b, cause=cause, detail={})
+        self.sim.events.emit(EventType.FENCED, broker_id=b, cause=cause, detail={})
         for p in self._partitions_of(b):
             self.change(p, remove=b, cause=cause)
 
     def unfence(self, b: int) -> None:
         self.fenced[b] = False
-        self.sim.events.emit("unfenced", broker_id=b, cause="heartbeat", detail={})
+        self.sim.events.emit(EventType.UNFENCED, broker_id=b, cause="heartbeat", detail={})
         for p in self._partitions_of(b):
             if self.t.leader[p] == NO_BROKER:
                 self.change(p, cause="broker_unfenced")
@@ -129,7 +130,7 @@ class Controller:
     # --- controlled shutdown and admin elections ---------------------------------------------
     def controlled_shutdown(self, b: int) -> None:
         self.shutting_down[b] = True
-        self.sim.events.emit("broker_state", broker_id=b, cause="controlled_shutdown",
+        self.sim.events.emit(EventType.BROKER_STATE, broker_id=b, cause="controlled_shutdown",
                              detail={"state": "shutting_down"})
         for p in self._partitions_of(b):
             self.change(p, remove=b, cause="controlled_shutdown")
@@ -295,12 +296,12 @@ class Controller:
         added = t.members(p, new & ~old)
         if removed:
             sim.metrics.mark(leader, "IsrShrinksPerSec")
-            sim.events.emit("isr_shrink", broker_id=leader, p=p, cause="lag",
+            sim.events.emit(EventType.ISR_SHRINK, broker_id=leader, p=p, cause="lag",
                             detail={"removed": removed, "isr": t.members(p, new)})
         if added:
             if count_expand:
                 sim.metrics.mark(leader, "IsrExpandsPerSec")
-            sim.events.emit("isr_expand", broker_id=leader, p=p, cause="caught_up",
+            sim.events.emit(EventType.ISR_EXPAND, broker_id=leader, p=p, cause="caught_up",
                             detail={"added": added, "isr": t.members(p, new)})
 
     def recovered(self, payload: tuple[int, int]) -> None:
@@ -309,7 +310,8 @@ class Controller:
         if t.leader_epoch[p] == epoch and t.recovery_state[p] == RECOVERING:
             t.recovery_state[p] = RECOVERED
             t.partition_epoch[p] += 1
-            self.sim.events.emit("recovery", p=p, broker_id=int(t.leader[p]), cause="leader_recovered", detail={})
+            self.sim.events.emit(EventType.RECOVERY, p=p, broker_id=int(t.leader[p]), cause="leader_recovered",
+                                 detail={})
             self.sim.publish([p])
 
     # --- the partition change builder ---------------------------------------------------------
@@ -365,10 +367,10 @@ class Controller:
                 self._record_election(p, new_leader, old_leader, kind or "clean", cause)
             elif old_leader != NO_BROKER:
                 t.leader_epoch[p] += 1
-                sim.events.emit("election", p=p, broker_id=None, cause="offline",
+                sim.events.emit(EventType.ELECTION, p=p, broker_id=None, cause="offline",
                                 detail={"previous_leader": old_leader, "trigger": cause})
         if not leader_initiated and not np.array_equal(target, old_isr):
-            sim.events.emit("isr_change_controller", p=p, broker_id=None, cause=cause,
+            sim.events.emit(EventType.ISR_CHANGE_CONTROLLER, p=p, broker_id=None, cause=cause,
                             detail={"isr": t.members(p, target), "previous_isr": t.members(p, old_isr),
                                     "elr": t.members(p, elr)})
         sim.publish([p])
@@ -418,7 +420,7 @@ class Controller:
 
     def _record_election(self, p: int, leader: int, previous: int, kind: str, cause: str) -> None:
         sim = self.sim
-        seq = sim.events.emit("election", p=p, broker_id=leader, cause=kind,
+        seq = sim.events.emit(EventType.ELECTION, p=p, broker_id=leader, cause=kind,
                               detail={"previous_leader": previous, "trigger": cause,
                                       "leader_epoch": int(self.t.leader_epoch[p])})
         self.last_election[p] = (seq, kind)

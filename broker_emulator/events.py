@@ -6,6 +6,8 @@ import json
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from schemas.bronze import EventType
+
 if TYPE_CHECKING:
     from broker_emulator.clock import SimClock
     from broker_emulator.state import PartitionTable
@@ -21,7 +23,7 @@ class EventLog:
         self.history: deque[str] = deque(maxlen=history)
         self.counts: dict[str, int] = {}
 
-    def emit(self, event_type: str, *, cause: str, detail: dict[str, Any], broker_id: int | None = None,
+    def emit(self, event_type: EventType, *, cause: str, detail: dict[str, Any], broker_id: int | None = None,
              p: int | None = None, records: int | None = None) -> int:
         t = self.t
         seq = self.seq
@@ -32,7 +34,7 @@ class EventLog:
             partition = int(t.partition_index[p])
             epoch = int(t.leader_epoch[p])
         now = self.clock.now_ms
-        self.rows.append((now, seq, event_type, broker_id, topic, partition, epoch, cause, records,
+        self.rows.append((now, seq, event_type.value, broker_id, topic, partition, epoch, cause, records,
                           json.dumps(detail, sort_keys=True, separators=(",", ":"))))
         key = f"{event_type}:{cause}"
         self.counts[key] = self.counts.get(key, 0) + 1

@@ -9,6 +9,7 @@ import numpy as np
 from broker_emulator.brokers import Liveness
 from broker_emulator.faults import Action
 from broker_emulator.scenario_reader import TOPIC_KEYS
+from schemas.bronze import EventType
 
 if TYPE_CHECKING:
     from random import Random
@@ -76,7 +77,7 @@ def apply_action(sim: FaultTarget, a: Action) -> None:
         detail["brokers"] = list(a.brokers)
     if a.groups:
         detail["groups"] = [list(map(str, g)) for g in a.groups]
-    sim.events.emit("fault", cause=a.kind, detail=detail,
+    sim.events.emit(EventType.FAULT, cause=a.kind, detail=detail,
                     broker_id=a.brokers[0] if len(a.brokers) == 1 else None,
                     p=sim.topic_range[a.topic][0] if a.topic else None)
     handler = _HANDLERS[a.kind]
@@ -98,7 +99,7 @@ def _crash(sim: FaultTarget, a: Action, loss: str | None = None) -> None:
         for p, s in zip(ps.tolist(), ss.tolist(), strict=True):
             removed = t.wipe(p, s) if loss == "disk_loss" else sim.logs.power_loss(p, s)
             if removed:
-                sim.events.emit("truncation", broker_id=b, p=p, cause=loss, records=removed,
+                sim.events.emit(EventType.TRUNCATION, broker_id=b, p=p, cause=loss, records=removed,
                                 detail={"to_offset": int(t.leo[p, s])})
                 sim.ledger.check_all_replicas(p)
 
@@ -218,7 +219,7 @@ def _config_change(sim: FaultTarget, a: Action) -> None:
         for attr in ("segment_bytes", "segment_ms", "flush_messages", "flush_ms", "retention_ms", "retention_bytes"):
             if attr in settings:
                 getattr(lg, attr)[p] = settings[attr]
-    sim.events.emit("config_change", p=first, cause="alter_configs",
+    sim.events.emit(EventType.CONFIG_CHANGE, p=first, cause="alter_configs",
                     detail={k: v for k, v in sorted(settings.items())}, broker_id=None)
     sim.recorder.topic_configs(list(range(first, end)))
     sim.replication.advance_hw(np.arange(first, end))
@@ -239,7 +240,7 @@ def _elect(sim: FaultTarget, a: Action) -> None:
     ps = [first + a.partition] if a.partition is not None else list(range(first, end))
     for p, code in sim.controller.elect_leaders(ps, a.election_type).items():
         # What the admin client's ElectLeaders answer says for the partition.
-        sim.events.emit("admin_election", p=p, cause=code, detail={"election_type": a.election_type})
+        sim.events.emit(EventType.ADMIN_ELECTION, p=p, cause=code, detail={"election_type": a.election_type})
 
 
 _HANDLERS = {

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from broker_emulator.config import acks_label
+from schemas.bronze import EventType
 
 if TYPE_CHECKING:
     from broker_emulator.clock import SimClock
@@ -149,7 +150,7 @@ class Ledger:
     def _lost(self, p: int, s: int, acks: int, n: int) -> None:
         sim = self.sim
         cause = self._cause(p, s, acks)
-        seq = sim.events.emit("records_lost", broker_id=int(sim.table.replicas[p, s]), p=p, cause=cause,
+        seq = sim.events.emit(EventType.RECORDS_LOST, broker_id=int(sim.table.replicas[p, s]), p=p, cause=cause,
                               records=n, detail={"acks": acks_label(acks)})
         c = self._c(p, acks)
         c.lost += n

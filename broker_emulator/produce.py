@@ -15,6 +15,7 @@ import numpy as np
 
 from broker_emulator.config import acks_label
 from broker_emulator.producer_client import Batch, ClientHost, ProducerClient, Request
+from schemas.bronze import EventType
 from schemas.kafka_metrics import PRODUCE_ERRORS
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ class Produce:
         spec = self.client.producers[b.producer].spec
         if metered:
             sim.metrics.produce_error(broker, error)
-        sim.events.emit("produce_rejected", broker_id=broker, p=b.p, cause=error, records=b.records,
+        sim.events.emit(EventType.PRODUCE_REJECTED, broker_id=broker, p=b.p, cause=error, records=b.records,
                         detail={"acks": acks_label(spec.acks), "producer": spec.name, "attempt": b.attempts})
         self._answer(request, b, error)
 

@@ -30,6 +30,7 @@ from broker_emulator.fetch_entries import (
 )
 from broker_emulator.fetch_session import FetchRequest, FetchResponse, SessionMembers, session_members
 from broker_emulator.state import NO_BROKER
+from schemas.bronze import EventType
 
 if TYPE_CHECKING:
     from broker_emulator.brokers import Brokers, Network
@@ -172,7 +173,7 @@ class Replication(CutFetches):
                     target = min(end, end_mine, int(t.leo[p, s]))
             removed = t.truncate(p, s, target)
             if removed:
-                sim.events.emit("truncation", broker_id=int(t.replicas[p, s]), p=p, cause=sim.cfg.truncation,
+                sim.events.emit(EventType.TRUNCATION, broker_id=int(t.replicas[p, s]), p=p, cause=sim.cfg.truncation,
                                 records=removed, detail={"to_offset": target, "leader": leader})
                 sim.ledger.check_replica_truncation(p)
 

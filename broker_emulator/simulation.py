@@ -37,6 +37,7 @@ from broker_emulator.produce import Produce
 from broker_emulator.replication import Replication
 from broker_emulator.scenario import Scenario
 from broker_emulator.state import NO_BROKER, PartitionTable
+from schemas.bronze import EventType
 
 MAX_EVENTS_PER_SIM_SECOND = 5_000_000  # a bound on every run: a runaway loop fails instead of hanging
 
@@ -111,7 +112,7 @@ class Simulation:
                 self.client_leader[p] = reps[0]
             self.topic_range[spec.name] = (first, t.count)
             for p in range(first, t.count):
-                self.events.emit("topic_created", p=p, broker_id=None, cause="scenario",
+                self.events.emit(EventType.TOPIC_CREATED, p=p, broker_id=None, cause="scenario",
                                  detail={"replicas": t.replica_list(p)})
         self.replication.topology_changed()
 
@@ -262,7 +263,7 @@ class Simulation:
                 t.needs_truncation[p, s] = False
                 removed = t.truncate(p, s, int(t.hw[p, s]))
                 if removed:
-                    self.events.emit("truncation", broker_id=b, p=p, cause="high_watermark", records=removed,
+                    self.events.emit(EventType.TRUNCATION, broker_id=b, p=p, cause="high_watermark", records=removed,
                                      detail={"to_offset": int(t.leo[p, s]), "leader": new_leader})
             if was_leader:
                 self.produce.leadership_changed(p)
@@ -320,7 +321,7 @@ class Simulation:
         st.liveness = Liveness.STOPPED
         close_connections(self, b)
         self.controller.fenced[b] = True
-        self.events.emit("broker_state", broker_id=b, cause="controlled_shutdown", detail={"state": "stopped"})
+        self.events.emit(EventType.BROKER_STATE, broker_id=b, cause="controlled_shutdown", detail={"state": "stopped"})
 
     def _registered(self, payload: tuple[int, bool]) -> None:
         b, unclean = payload
@@ -330,7 +331,7 @@ class Simulation:
         st.liveness = Liveness.ALIVE
         st.epoch += 1
         self.metrics.reset_broker(b)
-        self.events.emit("broker_state", broker_id=b, cause="registered", detail={"state": "alive",
+        self.events.emit(EventType.BROKER_STATE, broker_id=b, cause="registered", detail={"state": "alive",
                                                                                  "unclean_shutdown": unclean})
         self.controller.registered(b, unclean)
         # A restarted broker knows nothing of leadership: every replica goes through becoming

@@ -84,7 +84,7 @@ def broker_metric_rows(ts_ms: int, rows: Iterable[MetricRow]) -> list[dict[str, 
 
 
 def event_rows(events: Iterable[Event]) -> list[dict[str, Any]]:
-    return [{"ts": us(e.ts_ms), "seq": e.seq, "event_type": e.event_type, "broker_id": e.broker_id,
+    return [{"ts": us(e.ts_ms), "seq": e.seq, "event_type": e.event_type.value, "broker_id": e.broker_id,
              "topic": e.topic, "partition": e.partition, "leader_epoch": e.leader_epoch, "cause": e.cause,
              "records": e.records, "detail": e.detail_json()} for e in events]
 

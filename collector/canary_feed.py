@@ -21,6 +21,7 @@ from collector.canary_topic import CanaryConfig
 from collector.cluster_view import Partition, TopicPartition
 from collector.kafka_wire import BrokerConnection
 from collector.observed_events import Event
+from schemas.bronze import EventType
 
 LOSS_CAUSES = {("election", "unclean"): "unclean_election", ("election", "elr"): "elr_election",
                ("truncation", "new_leader_log_shorter"): "truncation"}
@@ -73,13 +74,13 @@ class CanaryFeed:
         for p in interval.partitions:
             leader = p.leader if p.leader >= 0 else None
             for error, n in sorted(p.failed_by_error.items()):
-                add(Event(now_ms, "produce_rejected", error, broker_id=leader, topic=self.topic,
+                add(Event(now_ms, EventType.PRODUCE_REJECTED, error, broker_id=leader, topic=self.topic,
                           partition=p.partition, records=n, detail={"acks": "all", "source": "canary"}))
             lost_by: str | None = None
             lost_seq: int | None = None
             for lost in p.lost:
                 cause, cause_seq = self.cause_of(p.partition, lost.acked_between_ms[0])
-                event = add(Event(now_ms, "records_lost", cause,
+                event = add(Event(now_ms, EventType.RECORDS_LOST, cause,
                                   broker_id=lost.leader if lost.leader >= 0 else None, topic=self.topic,
                                   partition=p.partition, records=lost.count,
                                   detail={"acks": "all", "source": "canary", "first_offset": lost.first_offset,

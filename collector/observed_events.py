@@ -27,12 +27,13 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from collector.cluster_view import ClusterView, Partition, TopicConfig, TopicPartition
+from schemas.bronze import EventType
 
 
 @dataclass
 class Event:
     ts_ms: int
-    event_type: str
+    event_type: EventType
     cause: str
     broker_id: int | None = None
     topic: str | None = None
@@ -102,15 +103,15 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     topic, partition = tp
     out: list[Event] = []
 
-    def event(event_type: str, cause: str, **kw: Any) -> None:
+    def event(event_type: EventType, cause: str, **kw: Any) -> None:
         out.append(Event(ts_ms, event_type, cause, topic=topic, partition=partition, leader_epoch=now.leader_epoch,
                          **kw))
 
     if now.leader != before.leader:
         if now.leader < 0:
-            event("election", "offline", detail={"previous_leader": before.leader})
+            event(EventType.ELECTION, "offline", detail={"previous_leader": before.leader})
         else:
-            event("election", election_kind(before, now.leader, now.isr), broker_id=now.leader,
+            event(EventType.ELECTION, election_kind(before, now.leader, now.isr), broker_id=now.leader,
                   detail={"previous_leader": before.leader, "previous_isr": before.isr,
                           "leader_epoch": now.leader_epoch})
     removed = [b for b in before.isr if b not in now.isr]
@@ -119,17 +120,17 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     fenced = [b for b in removed if registered is not None and b not in registered]
     dropped = [b for b in removed if b not in fenced]
     if fenced:
-        event("isr_change_controller", "fenced",
+        event(EventType.ISR_CHANGE_CONTROLLER, "fenced",
               detail={"previous_isr": before.isr, "isr": [b for b in before.isr if b not in fenced]})
     if dropped and now.leader >= 0:
-        event("isr_shrink", "observed", broker_id=leader, detail={"removed": dropped, "isr": list(now.isr)})
+        event(EventType.ISR_SHRINK, "observed", broker_id=leader, detail={"removed": dropped, "isr": list(now.isr)})
     if added:
-        event("isr_expand", "observed", broker_id=leader, detail={"added": added, "isr": list(now.isr)})
+        event(EventType.ISR_EXPAND, "observed", broker_id=leader, detail={"added": added, "isr": list(now.isr)})
     # A new leader whose log ends below the old high watermark lost committed records (a clean leader holds
     # them all: its HW may start lower, its log does not). Followers then truncate to it.
     if now.leader != before.leader and now.leader >= 0 and leader_leo is not None \
             and leader_leo < before.high_watermark:
-        event("truncation", "new_leader_log_shorter", broker_id=now.leader,
+        event(EventType.TRUNCATION, "new_leader_log_shorter", broker_id=now.leader,
               records=before.high_watermark - leader_leo,
               detail={"previous_high_watermark": before.high_watermark, "leader_log_end_offset": leader_leo})
     return out
@@ -155,16 +156,16 @@ def broker_events(ts_ms: int, registered_before: set[int], registered_now: set[i
     for b in sorted(registered_before - registered_now):
         answered = (last_answered_ms or {}).get(b)
         if answered is not None and ts_ms - answered <= shutdown_silence_ms:
-            out.append(Event(ts_ms, "broker_state", "controlled_shutdown", broker_id=b,
+            out.append(Event(ts_ms, EventType.BROKER_STATE, "controlled_shutdown", broker_id=b,
                              detail={"state": "stopped", "last_answered_ms": answered}))
-        out.append(Event(ts_ms, "fenced", "left_metadata", broker_id=b))
+        out.append(Event(ts_ms, EventType.FENCED, "left_metadata", broker_id=b))
     for b in sorted(registered_now - registered_before):
-        out.append(Event(ts_ms, "unfenced", "joined_metadata", broker_id=b))
+        out.append(Event(ts_ms, EventType.UNFENCED, "joined_metadata", broker_id=b))
     for b in sorted(set(silent_now) - set(silent_before)):
-        out.append(Event(ts_ms, "broker_state", "not_answering", broker_id=b,
+        out.append(Event(ts_ms, EventType.BROKER_STATE, "not_answering", broker_id=b,
                          detail={"state": "not_answering", "reason": silent_now[b]}))
     for b in sorted(set(silent_before) - set(silent_now)):
-        out.append(Event(ts_ms, "broker_state", "answering", broker_id=b, detail={"state": "answering"}))
+        out.append(Event(ts_ms, EventType.BROKER_STATE, "answering", broker_id=b, detail={"state": "answering"}))
     return out
 
 
@@ -172,11 +173,11 @@ def topic_events(ts_ms: int, before: dict[str, TopicConfig], now: dict[str, Topi
     out: list[Event] = []
     for topic in sorted(now):
         if topic not in before:
-            out.append(Event(ts_ms, "topic_created", "observed", topic=topic, partition=0,
+            out.append(Event(ts_ms, EventType.TOPIC_CREATED, "observed", topic=topic, partition=0,
                              detail={"partitions": now[topic].partitions}))
         elif now[topic] != before[topic]:
             changed = {k: v for k, v in asdict(now[topic]).items() if asdict(before[topic])[k] != v}
-            out.append(Event(ts_ms, "config_change", "observed", topic=topic, partition=0, detail=changed))
+            out.append(Event(ts_ms, EventType.CONFIG_CHANGE, "observed", topic=topic, partition=0, detail=changed))
     return out
 
 

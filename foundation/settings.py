@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
 
 from foundation import object_store
 from foundation.object_store import ObjectStore
@@ -14,35 +15,64 @@ from foundation.yaml_file import read_yaml
 from schemas.bronze import BRONZE_TABLES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "pipeline.yaml"
-_INTERVAL = re.compile(r"^\s*(\d+)\s*(millisecond|second|minute|hour)s?\s*$")
-_MS = {"millisecond": 1, "second": 1000, "minute": 60_000, "hour": 3_600_000}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(millisecond|second|minute|hour|day)s?\s*$")
+_UNIT = {"millisecond": dt.timedelta(milliseconds=1), "second": dt.timedelta(seconds=1),
+         "minute": dt.timedelta(minutes=1), "hour": dt.timedelta(hours=1), "day": dt.timedelta(days=1)}
+JOB_SECTIONS = ("validate", "alerts", "posture", "slo")
 
 
 class SettingsError(ValueError):
     """Raised when a settings file or override is malformed: names the file, the key and the value."""
 
 
-def interval_ms(text: str) -> int:
-    m = _INTERVAL.match(text)
+def parse_duration(text: str) -> dt.timedelta:
+    """'10 seconds', '100 milliseconds', '2 minutes', '168 hours', '1 day' (singular or plural)."""
+    m = _DURATION.match(text) if isinstance(text, str) else None
     if not m:
-        raise ValueError(f"expected an interval like '1 second' or '10 minutes', got {text!r}")
-    return int(m.group(1)) * _MS[m.group(2)]
+        raise ValueError(f"expected a duration such as '10 seconds' or '100 milliseconds', got {text!r}")
+    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
-class ValidateSettings(BaseModel):
+def spark_interval(d: dt.timedelta) -> str:
+    """A duration as Spark's triggers and watermarks take it."""
+    return f"{round(d / dt.timedelta(milliseconds=1))} milliseconds"
+
+
+def _duration(value: Any) -> dt.timedelta:
+    return value if isinstance(value, dt.timedelta) else parse_duration(value)
+
+
+# Every duration setting: written as text with its unit, held as a timedelta, parsed once at load.
+Duration = Annotated[dt.timedelta, BeforeValidator(_duration), PlainSerializer(spark_interval, return_type=str)]
+
+
+def seconds(value: float) -> str:
+    """A command line's seconds as a duration setting."""
+    return f"{value} seconds"
+
+
+class JobSettings(BaseModel):
+    """What every streaming job (validate, alerts, posture, slo) shares; the file's `defaults` section sets them for
+    every job whose own section does not."""
+
     model_config = ConfigDict(extra="forbid")
 
-    tables: list[str] = Field(default_factory=lambda: [td.name for td in BRONZE_TABLES])
     trigger: Literal["live", "available-now"] = "live"
-    trigger_interval: str = "1 second"
-    dedup_window: str = "10 minutes"
-    counter_lookback: str = "2 minutes"
-    driver_max_rows: int = Field(default=500_000, ge=1)  # a larger micro-batch is checked on the executors
-    driver_writes: bool = True
+    trigger_interval: Duration = dt.timedelta(seconds=60)
     max_files_per_trigger: int = Field(default=1000, ge=1)
     maintain_every_batches: int = Field(default=600, ge=1)
-    vacuum_retention_hours: int = Field(default=168, ge=0)
-    wait_for_tables_seconds: float = Field(default=120, ge=0)
+    wait_for_tables: Duration = dt.timedelta(seconds=300)  # at start-up, for the tables a job reads to appear
+
+
+class ValidateSettings(JobSettings):
+    tables: list[str] = Field(default_factory=lambda: [td.name for td in BRONZE_TABLES])
+    trigger_interval: Duration = dt.timedelta(seconds=10)
+    dedup_window: Duration = dt.timedelta(minutes=10)
+    counter_lookback: Duration = dt.timedelta(minutes=2)
+    driver_max_rows: int = Field(default=500_000, ge=1)  # a larger micro-batch is checked on the executors
+    driver_writes: bool = True
+    vacuum_retention: Duration = dt.timedelta(hours=168)
+    wait_for_tables: Duration = dt.timedelta(seconds=120)
 
     @field_validator("tables")
     @classmethod
@@ -53,55 +83,24 @@ class ValidateSettings(BaseModel):
             raise ValueError(f"unknown bronze tables {unknown or v}; known: {', '.join(known)}")
         return v
 
-    @field_validator("trigger_interval", "dedup_window", "counter_lookback")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        interval_ms(v)
-        return v
 
-
-class GoldJobSettings(BaseModel):
-    """What every gold streaming job (alerts, posture, slo) shares: trigger, batch cap, maintenance, start-up
-    wait."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    trigger: Literal["live", "available-now"] = "live"
-    trigger_interval: str = "1 second"
-    max_files_per_trigger: int = Field(default=1000, ge=1)
-    maintain_every_batches: int = Field(default=600, ge=1)
-    wait_for_tables_seconds: float = Field(default=300, ge=0)
-
-    @field_validator("trigger_interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        interval_ms(v)
-        return v
-
-
-class AlertsSettings(GoldJobSettings):
+class AlertsSettings(JobSettings):
     rules: str | None = None            # default conf/alerts.yaml
     webhooks: bool = True
     # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
     driver_max_rows: int = Field(default=500_000, ge=0)
     # The alert lane (jobs/alert_lane.py) evaluates the rules on silver tables over the bronze commit logs: with a live
     # validate, micro-batches back to back, an idle lane looking for new commits every `lane_trigger_interval`.
-    lane_trigger_interval: str = "100 milliseconds"
-
-    @field_validator("lane_trigger_interval")
-    @classmethod
-    def _lane_interval(cls, v: str) -> str:
-        interval_ms(v)
-        return v
+    lane_trigger_interval: Duration = dt.timedelta(milliseconds=100)
 
 
-class PostureSettings(GoldJobSettings):
+class PostureSettings(JobSettings):
     # p: probability that one broker loses its copy of a partition in the window you reason about (the
     # seed's worked example uses 2 % per server-year).
     failure_probability: float = Field(default=0.02, gt=0, lt=1)
 
 
-class SloSettings(GoldJobSettings):
+class SloSettings(JobSettings):
     specs: str | None = None            # default conf/slos.yaml
     # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
     driver_max_rows: int = Field(default=500_000, ge=0)
@@ -116,22 +115,29 @@ class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=1, le=65535)
     read_auth: bool = False
-    refresh_seconds: float = Field(default=1.0, ge=0)
-    dashboard_refresh_seconds: float = Field(default=5.0, gt=0)
-    dashboard_prebuild_seconds: float = Field(default=5.0, ge=0)  # 0: figures built only when asked for
+    refresh: Duration = dt.timedelta(seconds=1)                # how often the API looks for new table versions
+    dashboard_refresh: Duration = dt.timedelta(seconds=5)
+    dashboard_prebuild: Duration = dt.timedelta(seconds=5)     # 0 seconds: figures built only when asked for
     query_max_rows: int = Field(default=10_000, ge=1)
-    query_timeout_seconds: float = Field(default=10.0, gt=0)
+    query_timeout: Duration = dt.timedelta(seconds=10)
     query_auth: bool = False            # POST /api/v1/query needs the token even when read_auth is off
     query_workers: int = Field(default=2, ge=1, le=64)
     query_spare_worker: bool = True     # one more started ahead, to replace a killed or crashed worker at once
     query_worker_memory_mb: int = Field(default=1024, ge=0)   # 0: no limit but DataFusion's 512 MiB pool
-    query_wait_seconds: float = Field(default=2.0, ge=0)
+    query_wait: Duration = dt.timedelta(seconds=2)
     query_max_per_client: int = Field(default=1, ge=1)
     query_max_bytes: int = Field(default=65_536, ge=1, le=100_000)   # the request's own cap is 100,000
     query_max_nesting: int = Field(default=32, ge=1)
     query_max_operators: int = Field(default=500, ge=1)
     page_size_max: int = Field(default=1000, ge=1)
     token: str | None = Field(default=None, exclude=True)
+
+    @field_validator("dashboard_refresh", "query_timeout")
+    @classmethod
+    def _positive(cls, v: dt.timedelta) -> dt.timedelta:
+        if v <= dt.timedelta(0):
+            raise ValueError("must be more than 0 seconds")
+        return v
 
     @field_validator("token")
     @classmethod
@@ -181,6 +187,11 @@ class PipelineSettings(BaseModel):
     def checkpoint_root(self) -> str:
         return self.checkpoints or f"{self.lakehouse.rstrip('/')}/_checkpoints"
 
+    def use_storage(self) -> None:
+        """Make this lakehouse's store the one this process's delta-rs reads and writes take (a process works on one
+        lakehouse): what a job or a server does as it starts, not what loading settings does."""
+        object_store.use(self.storage.object_store())
+
 
 # Settings an older isrwatch had, and why they went: a file still naming one is told so, not just "extra input".
 REMOVED = {
@@ -190,6 +201,18 @@ REMOVED = {
     "validate.ge_pandas_max_rows": "renamed validate.driver_max_rows (docs/validation.md)",
     "validate.ge_behind": "live batches always hand Great Expectations to a worker behind them (docs/validation.md)",
 }
+# Settings renamed when every duration became one with its unit ('120 seconds'): old key -> new key.
+RENAMED = {
+    **{f"{job}.wait_for_tables_seconds": f"{job}.wait_for_tables" for job in ("defaults", *JOB_SECTIONS)},
+    "validate.vacuum_retention_hours": "validate.vacuum_retention",
+    "api.refresh_seconds": "api.refresh",
+    "api.dashboard_refresh_seconds": "api.dashboard_refresh",
+    "api.dashboard_prebuild_seconds": "api.dashboard_prebuild",
+    "api.query_timeout_seconds": "api.query_timeout",
+    "api.query_wait_seconds": "api.query_wait",
+}
+REMOVED.update({old: f"renamed {new}, a duration with its unit such as '120 seconds' (docs/settings.md)"
+                for old, new in RENAMED.items()})
 
 
 def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | None = None) -> PipelineSettings:
@@ -210,20 +233,26 @@ def load_settings(path: str | Path | None = None, overrides: dict[str, Any] | No
                 node[key] = {}
             node = node[key]
         node[leaf] = value
+    defaults = raw.pop("defaults", None) or {}
+    if not isinstance(defaults, dict):
+        raise SettingsError(f"{source}: defaults: expected a mapping of settings every job shares")
+    try:
+        JobSettings.model_validate(defaults)
+    except ValidationError as e:
+        raise _named(source, e, "defaults") from None
+    for job in JOB_SECTIONS:  # a job's own section wins over the defaults
+        section = raw.get(job) or {}
+        if not isinstance(section, dict):
+            raise SettingsError(f"{source}: {job}: expected a mapping")
+        raw[job] = {**defaults, **section}
     try:
         settings = PipelineSettings.model_validate(raw)
     except ValidationError as e:
-        err = e.errors()[0]
-        key = ".".join(str(p) for p in err["loc"])
-        if key in REMOVED:
-            raise SettingsError(f"{source}: {key}: no longer a setting (delete it): {REMOVED[key]}") from None
-        raise SettingsError(f"{source}: {key}: {err.get('input')!r}: {err['msg']}") from None
+        raise _named(source, e) from None
     # Local roots become absolute: Delta reads a bare relative location as a table name.
     settings.lakehouse = _absolute(settings.lakehouse)
     if settings.checkpoints is not None:
         settings.checkpoints = _absolute(settings.checkpoints)
-    # A process works on one lakehouse: its delta-rs reads and writes take the store these settings name.
-    object_store.use(settings.storage.object_store())
     return settings
 
 
@@ -236,6 +265,15 @@ def parse_spark_conf(items: list[str]) -> dict[str, str]:
             raise SettingsError(f"--conf: expected KEY=VALUE, got {item!r}")
         conf[key] = value
     return conf
+
+
+def _named(source: Path, e: ValidationError, section: str | None = None) -> SettingsError:
+    """The first problem, naming the file, the key and the value (and why a key an older isrwatch had went)."""
+    err = e.errors()[0]
+    key = ".".join(str(p) for p in ([section] if section else []) + list(err["loc"]))
+    if key in REMOVED:
+        return SettingsError(f"{source}: {key}: no longer a setting (delete it): {REMOVED[key]}")
+    return SettingsError(f"{source}: {key}: {err.get('input')!r}: {err['msg']}")
 
 
 def _absolute(root: str) -> str:

@@ -130,6 +130,7 @@ def _settle(jobs: list[Job], job_settings: Any) -> None:
 def start_jobs(spark: Any, settings: Any, jobs: list[str], progress: Any = None) -> tuple[list[Job], Any]:
     """Start the jobs in pipeline order; returns them and the alert webhook dispatcher (if any). `progress`, a
     jobs/progress_log.ProgressLog, also gets validate's steps per batch."""
+    settings.use_storage()
     from schemas.bronze import BRONZE_TABLES
     from schemas.silver import SILVER_TABLES
 

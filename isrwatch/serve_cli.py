@@ -63,6 +63,7 @@ def main_dashboards(args: argparse.Namespace) -> int:
     if args.window_minutes is not None and args.window_minutes <= 0:
         print("isrwatch dashboards: --window-minutes must be > 0", file=sys.stderr)
         return 2
+    settings.use_storage()
     written = export_pages(LakehouseReader(settings.lakehouse), args.out, cluster=args.cluster,
                            window_minutes=args.window_minutes)
     print(f"isrwatch dashboards: wrote {len(written)} files to {args.out}")

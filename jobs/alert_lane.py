@@ -24,6 +24,7 @@ repeat what validate evaluated).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 import threading
@@ -40,7 +41,7 @@ from pyspark.sql.streaming import StreamingQuery
 from foundation import kill_points, object_store
 from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource, store_option
 from foundation.delta_io import open_table
-from foundation.settings import PipelineSettings, interval_ms
+from foundation.settings import PipelineSettings, spark_interval
 from jobs.alert_recorder import BackgroundRecorder
 from jobs.alert_stage import LANE, SOURCE_COLUMNS, AlertStage, build_stage, settle_owners, used_tables
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
@@ -230,7 +231,7 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
                    BronzeLogReader(settings.lakehouse, tables, {}, v.max_files_per_trigger, store=store))
     start = log_.first_position(lambda: {} if validate_checkpoint is None
                                 else validate_position(spark, validate_checkpoint, settings.lakehouse, tables))
-    lookback_us = interval_ms(v.counter_lookback) * 1000
+    lookback_us = v.counter_lookback // dt.timedelta(microseconds=1)
     batches = LaneBatches(tables, stage, settings.lakehouse, lookback_us, log_, on_steps=on_steps)
     known = log_.query_id()
     if known is not None:  # batches a crash left committed and not recorded: replayed before the query starts
@@ -250,7 +251,7 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
         reader = reader.option("store", store_option(store))
     writer = reader.load().writeStream.queryName(JOB).foreachBatch(batches).option("checkpointLocation", checkpoint)
     writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
-              else writer.trigger(processingTime=a.lane_trigger_interval))
+              else writer.trigger(processingTime=spark_interval(a.lane_trigger_interval)))
     query = writer.start()
     batches.query_id = str(query.id)
     stage.bind(app_id(str(query.id)))

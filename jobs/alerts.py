@@ -107,6 +107,7 @@ class RunningAlerts:
 def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertConfig | None = None,
                  log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningAlerts:
     """Load the rules on gold tables and their engine state, start the webhook lanes, then the streaming query."""
+    settings.use_storage()
     a, lake = settings.alerts, settings.lakehouse
     config = config or load_alert_config(a.rules)
     mine = split_by_layer(config, a.rules or "conf/alerts.yaml")[1]

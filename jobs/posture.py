@@ -110,9 +110,10 @@ class PostureEvaluator:
 
 def start_posture(spark: SparkSession, settings: PipelineSettings,
                   log: Any = lambda m: print(m, file=sys.stderr)) -> tuple[Any, PostureEvaluator]:
+    settings.use_storage()
     job, lake = settings.posture, settings.lakehouse
     paths = {t: SILVER_TABLES[t].path(lake) for t in ("topic_configs", "runs")}
-    wait_for_tables({f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables_seconds, log)
+    wait_for_tables({f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables.total_seconds(), log)
     for td in (POSTURE, POSTURE_HISTORY):
         ensure_table(td, lake)
     # Only the columns that say a config changed: the snapshot itself is read from silver.

@@ -148,11 +148,12 @@ class SloEvaluator:
 
 def start_slo(spark: SparkSession, settings: PipelineSettings, slos: tuple[Slo, ...] | None = None,
               log: Any = lambda m: print(m, file=sys.stderr)) -> tuple[Any, SloEvaluator]:
+    settings.use_storage()
     job, lake = settings.slo, settings.lakehouse
     slos = slos or load_slos(job.specs)
     sources = sorted({s.source for s in slos})
     paths = {t: SILVER_TABLES[t].path(lake) for t in sources}
-    wait_for_tables({f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables_seconds, log)
+    wait_for_tables({f"silver.{t}": p for t, p in paths.items()}, job.wait_for_tables.total_seconds(), log)
     for td in (SLO_TIMESLICES, SLO_STATUS):
         ensure_table(td, lake)
     stream = union_stream(spark, {t: (paths[t], stream_columns(t)) for t in sources}, job.max_files_per_trigger)

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.delta_io import AppVersions
-from foundation.settings import GoldJobSettings, PipelineSettings, load_settings, parse_spark_conf
+from foundation.settings import JobSettings, PipelineSettings, load_settings, parse_spark_conf, spark_interval
 from jobs import driver_signals
 
 T = TypeVar("T")
@@ -72,12 +72,12 @@ def union_stream(spark: SparkSession, tables: dict[str, tuple[str, Sequence[str 
     return union
 
 
-def start_query(stream: DataFrame, name: str, evaluator: Evaluator, job: GoldJobSettings,
+def start_query(stream: DataFrame, name: str, evaluator: Evaluator, job: JobSettings,
                 settings: PipelineSettings) -> StreamingQuery:
     writer = (stream.writeStream.queryName(name).foreachBatch(evaluator)
               .option("checkpointLocation", f"{settings.checkpoint_root.rstrip('/')}/{name}"))
     writer = (writer.trigger(availableNow=True) if job.trigger == "available-now"
-              else writer.trigger(processingTime=job.trigger_interval))
+              else writer.trigger(processingTime=spark_interval(job.trigger_interval)))
     query = writer.start()
     evaluator.query_id = str(query.id)  # kept in the checkpoint: the same after a restart
     evaluator.versions = AppVersions(f"isrwatch-{name}/{query.id}")  # the app id of the job's idempotent writes

@@ -20,6 +20,7 @@ batch replayed after a crash recomputes the same rows and skips each write it al
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import threading
 import time
@@ -38,7 +39,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from foundation import kill_points
 from foundation.batch_appender import BatchAppender
-from foundation.settings import PipelineSettings, SettingsError, interval_ms
+from foundation.settings import PipelineSettings, SettingsError, spark_interval
 from foundation.spool import Spool
 from jobs import driver_signals
 from jobs.alert_lane import RunningLane, start_alert_lane
@@ -117,7 +118,7 @@ class UnionValidator:
     ge_process: GeProcess | None = None  # where `behind` runs GE
 
     def __post_init__(self) -> None:
-        lookback_us = interval_ms(self.settings.validate_.counter_lookback) * 1000
+        lookback_us = self.settings.validate_.counter_lookback // dt.timedelta(microseconds=1)
         self.context = new_driver_context(self.settings.lakehouse, self.tables, lookback_us)
         self.executor_routes = {td.name: ExecutorRoute(self.spark, td, self.settings.lakehouse, self.ge, self.context)
                                 for td in self.tables}
@@ -261,7 +262,7 @@ class UnionValidator:
     def _maintain(self) -> None:
         from delta.tables import DeltaTable
 
-        hours = self.settings.validate_.vacuum_retention_hours
+        hours = self.settings.validate_.vacuum_retention / dt.timedelta(hours=1)
         for td in (DQ_RUNS, *(t[x.name] for x in self.tables for t in (SILVER_TABLES, QUARANTINE_TABLES))):
             path = td.path(self.settings.lakehouse)
             if is_delta_table(path):
@@ -318,12 +319,13 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
                      lane_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningValidation:
     """Check schemas, then start the streaming query over every configured bronze table, and the alert lane's."""
+    settings.use_storage()
     v = settings.validate_
     # Reference tables first (a stable sort keeps the configured order otherwise).
     configured = [BRONZE_BY_NAME[n] for n in dict.fromkeys(v.tables)]
     tables = sorted(configured, key=lambda td: td.name not in REFERENCE_TABLES)
     bring_bronze_up_to_date(tables, settings.lakehouse, log)
-    wait_for_tables({td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables_seconds, log)
+    wait_for_tables({td.name: td.path(settings.lakehouse) for td in tables}, v.wait_for_tables.total_seconds(), log)
     refs = {td.name: td for td in tables}
     for td in tables:
         refs.update({ref.name: ref for ref in (RUNS, TOPIC_CONFIGS) if ref.name in _context_tables(td)})
@@ -344,7 +346,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
         writer = (bronze_union(spark, settings, tables, starting).writeStream.queryName("validate")
                   .foreachBatch(validator).option("checkpointLocation", checkpoint))
         writer = (writer.trigger(availableNow=True) if v.trigger == "available-now"
-                  else writer.trigger(processingTime=v.trigger_interval))
+                  else writer.trigger(processingTime=spark_interval(v.trigger_interval)))
         query = writer.start()
     except BaseException:
         if lane is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from foundation.settings import PipelineSettings, load_settings, parse_spark_conf
+from foundation.settings import PipelineSettings, load_settings, parse_spark_conf, seconds
 
 DESCRIPTION = "Streaming validation: bronze Delta tables -> silver / quarantine / silver.dq_runs, exactly once."
 
@@ -40,7 +40,7 @@ def settings_from_args(args: argparse.Namespace) -> PipelineSettings:
         "validate.trigger": args.trigger, "validate.trigger_interval": args.trigger_interval,
         "validate.driver_max_rows": args.driver_max_rows,
         "validate.max_files_per_trigger": args.max_files_per_trigger,
-        "validate.wait_for_tables_seconds": args.wait_for_tables,
+        "validate.wait_for_tables": None if args.wait_for_tables is None else seconds(args.wait_for_tables),
         "alerts.rules": args.rules, "alerts.webhooks": False if args.no_webhooks else None,
     })
     settings.spark.update(spark_conf)

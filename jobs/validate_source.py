@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from foundation.settings import PipelineSettings
+from foundation.settings import PipelineSettings, spark_interval
 from schemas.table import TableDef
 
 
@@ -46,5 +46,5 @@ def bronze_union(spark: SparkSession, settings: PipelineSettings, tables: list[T
                  starting_versions: dict[str, int]) -> DataFrame:
     """`bronze_rows`, de-duplicated per table and key within the window (in the state store)."""
     return (bronze_rows(spark, settings, tables, starting_versions)
-            .withWatermark("ingested_at", settings.validate_.dedup_window)
+            .withWatermark("ingested_at", spark_interval(settings.validate_.dedup_window))
             .dropDuplicatesWithinWatermark(["_table", "_key"]))

@@ -36,7 +36,7 @@ from pipelines.alert_expressions import compiled
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_samples import cluster_clocks, entity_keys, ms_of, records, times_by_cluster, typed
 from pipelines.alert_signals import BROKER_STOPS, REPLICA_BROKERS, SOURCES
-from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint, transition_order
+from pipelines.alert_state import OPEN, Alert, AlertStatus, EngineState, Transition, fingerprint, transition_order
 from pipelines.alert_templates import display, render_annotations
 from pipelines.broker_reports import broker_reports
 
@@ -274,7 +274,7 @@ class AlertEngine:
 
     def _apply(self, rule: Rule, key: str, fp: str, labels: dict[str, str] | None, alert: Alert | None, ts: int,
                cond: bool, rec: dict[str, Any] | None) -> tuple[Alert | None, Transition | None]:
-        status = alert.status if alert else "inactive"
+        status = alert.status if alert else AlertStatus.INACTIVE
         if alert is not None:
             alert.last_ms = ts
             if alert.fired_ms is not None or alert.resolved_ms is not None:   # it has fired (and may be pending again)
@@ -282,15 +282,15 @@ class AlertEngine:
         if not cond:
             if alert is None or status not in OPEN:
                 return alert, None
-            if status == "firing" and self._kept_firing(rule, alert, ts):
+            if status == AlertStatus.FIRING and self._kept_firing(rule, alert, ts):
                 return alert, self._lifted(rule, alert, ts)
-            new = "resolved" if status == "firing" else "inactive"
-            if new == "inactive" and alert.held:
+            new = AlertStatus.RESOLVED if status == AlertStatus.FIRING else AlertStatus.INACTIVE
+            if new == AlertStatus.INACTIVE and alert.held:
                 # It fired, went pending again, and a held transition left the receivers behind: it stays, resolved,
                 # so that they are told when it settles.
-                new = "resolved"
-            alert.status, alert.resolved_ms = new, ts if new == "resolved" else None
-            if new == "inactive":
+                new = AlertStatus.RESOLVED
+            alert.status, alert.resolved_ms = new, ts if new == AlertStatus.RESOLVED else None
+            if new == AlertStatus.INACTIVE:
                 del self.state.alerts[key]
             return alert, self._transition(rule, alert, new, status, ts)
         assert rec is not None and labels is not None
@@ -300,15 +300,15 @@ class AlertEngine:
             alert.value, alert.cleared_ms = value, None
             # Rendered once, from the step's last such sample, or before a transition shows them.
             self._unrendered[key] = (rule, rec, labels)
-            if status == "pending" and ts - alert.since_ms >= rule.for_ms:
-                alert.status, alert.fired_ms = "firing", ts
+            if status == AlertStatus.PENDING and ts - alert.since_ms >= rule.for_ms:
+                alert.status, alert.fired_ms = AlertStatus.FIRING, ts
                 alert.inhibited = self._inhibited(rule, labels, ts)
-                return alert, self._transition(rule, alert, "firing", "pending", ts)
-            return alert, self._lifted(rule, alert, ts) if status == "firing" else None
+                return alert, self._transition(rule, alert, AlertStatus.FIRING, AlertStatus.PENDING, ts)
+            return alert, self._lifted(rule, alert, ts) if status == AlertStatus.FIRING else None
         # A resolved alert firing again keeps its recent changes (that is how flapping is seen) and whether its
         # receivers are behind.
-        before = alert if alert is not None and status == "resolved" else None
-        alert = Alert(rule.name, fp, labels["cluster"], labels, "pending", ts, None, None, ts, value,
+        before = alert if alert is not None and status == AlertStatus.RESOLVED else None
+        alert = Alert(rule.name, fp, labels["cluster"], labels, AlertStatus.PENDING, ts, None, None, ts, value,
                       render_annotations(rule, rec, labels), changes=before.changes if before else [],
                       flapping=before.flapping if before else False, condition=True,
                       held=before.held if before else False)
@@ -316,10 +316,10 @@ class AlertEngine:
             alert.resolved_ms = before.resolved_ms   # a pending alert with a resolved time has fired before
         self.state.alerts[key] = alert
         if rule.for_ms == 0:
-            alert.status, alert.fired_ms = "firing", ts
+            alert.status, alert.fired_ms = AlertStatus.FIRING, ts
             alert.inhibited = self._inhibited(rule, labels, ts)
-            return alert, self._transition(rule, alert, "firing", status, ts)
-        return alert, self._transition(rule, alert, "pending", status, ts)
+            return alert, self._transition(rule, alert, AlertStatus.FIRING, status, ts)
+        return alert, self._transition(rule, alert, AlertStatus.PENDING, status, ts)
 
     def _count_change(self, alert: Alert, ts: int, cond: bool) -> None:
         """Record a change of the condition of an alert that has fired, keeping the changes within the flap window
@@ -327,7 +327,8 @@ class AlertEngine:
         flap = self.config.flap_detection
         previous = alert.condition
         if previous is None:   # a state saved before the condition was kept: read it off the status
-            previous = alert.status == "pending" or (alert.status == "firing" and alert.cleared_ms is None)
+            previous = (alert.status == AlertStatus.PENDING
+                        or (alert.status == AlertStatus.FIRING and alert.cleared_ms is None))
         if alert.changes and ts - alert.changes[-1] >= flap.quiet_ms:
             alert.changes = []
         if cond != previous:
@@ -347,7 +348,7 @@ class AlertEngine:
         """The transition that tells the receivers an alert's true state once it stopped flapping, if a held one
         left them behind: its status again (firing -> firing, resolved -> resolved), not held. A pending alert
         waits until it fires or resolves, whose own transition then tells them."""
-        if not alert.held or alert.flapping or alert.status not in ("firing", "resolved"):
+        if not alert.held or alert.flapping or alert.status not in (AlertStatus.FIRING, AlertStatus.RESOLVED):
             return None
         return self._transition(rule, alert, alert.status, alert.status, ts)
 
@@ -359,7 +360,7 @@ class AlertEngine:
         if not alert.inhibited or self._inhibited(rule, alert.labels, ts):
             return None
         alert.inhibited = False
-        return self._transition(rule, alert, "firing", "firing", ts)
+        return self._transition(rule, alert, AlertStatus.FIRING, AlertStatus.FIRING, ts)
 
     def _inhibited(self, rule: Rule, labels: dict[str, str], ts: int) -> bool:
         """Was an inhibiting alert firing at `ts`? Inhibitors are evaluated first over the whole batch, so
@@ -367,7 +368,8 @@ class AlertEngine:
         for i, inh in enumerate(rule.inhibited_by):
             for a in self._inhibitors.get((i, tuple(labels.get(k) for k in inh.equal)), ()):
                 if (a.fired_ms is not None and a.fired_ms <= ts
-                        and (a.status == "firing" or (a.status == "resolved" and (a.resolved_ms or 0) > ts))):
+                        and (a.status == AlertStatus.FIRING
+                             or (a.status == AlertStatus.RESOLVED and (a.resolved_ms or 0) > ts))):
                     return True
         return False
 
@@ -377,21 +379,21 @@ class AlertEngine:
         if deferred is not None and alert is not None:
             alert.annotations = render_annotations(*deferred)
 
-    def _transition(self, rule: Rule, a: Alert, status: str, previous: str, ts: int) -> Transition:
+    def _transition(self, rule: Rule, a: Alert, status: AlertStatus, previous: AlertStatus, ts: int) -> Transition:
         self._render(f"{rule.name}/{a.fingerprint}", a)
-        if status in ("firing", "resolved") and not a.inhibited:
+        if status in (AlertStatus.FIRING, AlertStatus.RESOLVED) and not a.inhibited:
             a.held = a.flapping   # a flapping alert's notification is held back; any other tells the receivers
         starts = a.fired_ms if a.fired_ms is not None else a.since_ms
+        ended = ts if status in (AlertStatus.RESOLVED, AlertStatus.INACTIVE) else None
         return Transition(rule.name, a.fingerprint, a.cluster, status, previous, ts, rule.severity, rule.scope,
-                          dict(a.labels), dict(a.annotations), a.value, starts,
-                          ts if status in ("resolved", "inactive") else None, a.inhibited, a.flapping)
+                          dict(a.labels), dict(a.annotations), a.value, starts, ended, a.inhibited, a.flapping)
 
     def _expire_resolved(self, clocks: dict[str, int]) -> None:
         """Resolved alerts stay visible in gold.alerts for `resolved_retention` of event time, then go."""
         keep = self.config.resolved_retention_ms
         for key in sorted(self.state.alerts):
             a = self.state.alerts[key]
-            if a.status == "resolved" and a.resolved_ms is not None and a.cluster in clocks and not a.held \
+            if a.status == AlertStatus.RESOLVED and a.resolved_ms is not None and a.cluster in clocks and not a.held \
                     and clocks[a.cluster] - a.resolved_ms > keep:
                 del self.state.alerts[key]
 

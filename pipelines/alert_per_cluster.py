@@ -20,7 +20,7 @@ import pandas as pd
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfig
 from pipelines.alert_signals import shape_union
-from pipelines.alert_state import EngineState, Transition, transition_order
+from pipelines.alert_state import AlertStatus, EngineState, Transition, transition_order
 
 
 def state_bytes(state: EngineState) -> bytes:
@@ -45,6 +45,8 @@ def gather(results: dict[str, bytes]) -> tuple[list[Transition], dict[str, Engin
     """Each stepped cluster's result -> every transition in the engine's order, each cluster's new state, and
     the late samples."""
     decoded = {c: json.loads(r) for c, r in results.items()}
-    transitions = sorted((Transition(**t) for d in decoded.values() for t in d["transitions"]), key=transition_order)
+    transitions = sorted((Transition(**{**t, "status": AlertStatus(t["status"]),
+                                        "previous": AlertStatus(t["previous"])})
+                          for d in decoded.values() for t in d["transitions"]), key=transition_order)
     states = {c: EngineState.from_rows(d["state"]) for c, d in sorted(decoded.items())}
     return transitions, states, sum(int(d["late"]) for d in decoded.values())

@@ -8,8 +8,19 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
+from enum import StrEnum
 
-OPEN = ("pending", "firing")
+
+class AlertStatus(StrEnum):
+    """An alert's lifecycle (gold.alerts.status, gold.alert_events.status and previous_status)."""
+
+    PENDING = "pending"      # the condition holds, not yet for the rule's `for`
+    FIRING = "firing"
+    RESOLVED = "resolved"    # was firing; the condition no longer holds
+    INACTIVE = "inactive"    # was pending; the condition ended before `for`
+
+
+OPEN = (AlertStatus.PENDING, AlertStatus.FIRING)
 
 
 @dataclass
@@ -20,7 +31,7 @@ class Alert:
     fingerprint: str
     cluster: str
     labels: dict[str, str]
-    status: str
+    status: AlertStatus
     since_ms: int          # pending since (and, while firing, when the condition began)
     fired_ms: int | None
     resolved_ms: int | None
@@ -43,8 +54,8 @@ class Transition:
     rule: str
     fingerprint: str
     cluster: str
-    status: str            # pending | firing | resolved | inactive
-    previous: str
+    status: AlertStatus
+    previous: AlertStatus
     ts_ms: int
     severity: str
     scope: str
@@ -91,7 +102,7 @@ class EngineState:
         for r in rows:
             data = json.loads(r["state"])
             if r["kind"] == "alert":
-                s.alerts[r["key"]] = Alert(**data)
+                s.alerts[r["key"]] = Alert(**{**data, "status": AlertStatus(data["status"])})
             elif r["kind"] == "last_seen":
                 s.last_seen[r["key"]] = int(data)
             elif r["kind"] == "window":

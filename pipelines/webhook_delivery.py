@@ -70,10 +70,10 @@ from pipelines.alertmanager import (
     signature,
 )
 from pipelines.silence_store import SilenceStore
-from schemas.gold import ALERT_EVENTS, DELIVERIES
+from schemas.gold import ALERT_EVENTS, DELIVERIES, DeliveryOutcome
 
-FINAL = ("delivered", "rejected", "gave_up", "silenced")
-INTENT = "sending"          # the row committed before a POST; every other outcome ends an attempt
+FINAL = (DeliveryOutcome.DELIVERED, DeliveryOutcome.REJECTED, DeliveryOutcome.GAVE_UP, DeliveryOutcome.SILENCED)
+INTENT = DeliveryOutcome.SENDING          # the row committed before a POST; every other outcome ends an attempt
 RETRYABLE_4XX = (408, 429)
 INTENTS_PER_COMMIT = 50     # at most this many intents committed ahead of their POSTs per lane, in one commit
 UNKNOWN_ERROR = "no outcome recorded before the dispatcher stopped: the receiver may have got it"
@@ -154,7 +154,7 @@ class Lane(threading.Thread):
             # Not sent, so no intent is needed; one committed before the silence began is ended by this row.
             item.attempt = item.intended or item.attempt + 1
             item.intended = None
-            self.d.record(item, r, "silenced", None, f"silenced by {', '.join(silenced_by)}", 0.0, None)
+            self.d.record(item, r, DeliveryOutcome.SILENCED, None, f"silenced by {', '.join(silenced_by)}", 0.0, None)
             return True
         if item.intended is None and not self._commit_intents(item, coming):
             return False
@@ -180,22 +180,22 @@ class Lane(threading.Thread):
         took_ms = (time.monotonic() - began) * 1000
         self.d.posted()
         if status is not None and 200 <= status < 300:
-            outcome = "delivered"
+            outcome = DeliveryOutcome.DELIVERED
         elif status is not None and 400 <= status < 500 and status not in RETRYABLE_4XX:
-            outcome = "rejected"
+            outcome = DeliveryOutcome.REJECTED
         elif (r.max_attempts is not None and item.attempt >= r.max_attempts) or \
                 time.monotonic() - item.first_try >= r.give_up_after_s:
-            outcome = "gave_up"
+            outcome = DeliveryOutcome.GAVE_UP
         else:
-            outcome = "retry"
+            outcome = DeliveryOutcome.RETRY
         next_at = None
-        if outcome == "retry":
+        if outcome == DeliveryOutcome.RETRY:
             # Full jitter (AWS architecture blog): uniform in [0, min(cap, initial * 2^(n-1))].
             delay = self.d.rng.uniform(0, min(r.backoff_max_s, r.backoff_initial_s * 2 ** (item.attempt - 1)))
             item.due = time.monotonic() + delay
             next_at = datetime.now(UTC).timestamp() + delay
         self.d.record(item, r, outcome, status, error, took_ms, next_at)
-        return outcome != "retry"
+        return outcome != DeliveryOutcome.RETRY
 
     def _unintended(self, items: list[Pending]) -> list[Pending]:
         """Those without a committed intent that no active silence matches now."""
@@ -220,7 +220,8 @@ class Lane(threading.Thread):
             left = [i for i in self.queue if i.intended is not None]
         for item in left:
             item.attempt, item.intended = item.intended or item.attempt, None
-            self.d.record(item, self.receiver, "not_sent", None, "stopped before the POST", 0.0, None, quiet=True)
+            self.d.record(item, self.receiver, DeliveryOutcome.NOT_SENT, None, "stopped before the POST", 0.0, None,
+                          quiet=True)
         if left:
             self.d.log(f"webhook {self.receiver.name}: stopped with {len(left)} intent(s) not sent")
 
@@ -300,8 +301,8 @@ class WebhookDispatcher:
         unresolved = {(d["delivery_id"], d["attempt"]): d for d in done
                       if d["outcome"] == INTENT and (d["delivery_id"], d["attempt"]) not in ended}
         now = datetime.now(UTC)
-        unknown = [{**d, "outcome": "unknown", "http_status": None, "error": UNKNOWN_ERROR, "attempted_at": now,
-                    "duration_ms": 0.0, "next_attempt_at": None} for d in unresolved.values()]
+        unknown = [{**d, "outcome": DeliveryOutcome.UNKNOWN, "http_status": None, "error": UNKNOWN_ERROR,
+                    "attempted_at": now, "duration_ms": 0.0, "next_attempt_at": None} for d in unresolved.values()]
         if journaled or unknown:
             self.deliveries.append(pa.Table.from_pylist(journaled + unknown, schema=DELIVERIES.arrow_schema))
         self.journal.drop(segments)
@@ -362,14 +363,14 @@ class WebhookDispatcher:
             n = self.posts
         kill_points.reached("webhook", n, "after_post")  # its n-th POST answered, its outcome not recorded
 
-    def record(self, item: Pending, r: Receiver, outcome: str, status: int | None, error: str | None,
+    def record(self, item: Pending, r: Receiver, outcome: DeliveryOutcome, status: int | None, error: str | None,
                took_ms: float, next_at: float | None, *, quiet: bool = False) -> None:
         next_ts = None if next_at is None else datetime.fromtimestamp(next_at, tz=UTC)
         row = _row(item, r, item.attempt, outcome, status, error, datetime.now(UTC), took_ms, next_ts)
         with self._lock:
             self._records.append(row)
-            self.delivered += outcome == "delivered"
-        if outcome != "delivered" and not quiet:
+            self.delivered += outcome == DeliveryOutcome.DELIVERED
+        if outcome != DeliveryOutcome.DELIVERED and not quiet:
             self.log(f"webhook {r.name}: {item.event['rule']} {item.event['status']} attempt {item.attempt}: "
                      f"{outcome} ({error or status})")
 
@@ -419,7 +420,7 @@ def intents_directory(lakehouse: str, dispatcher: str) -> Path:
     return state / "isrwatch" / "webhook-intents" / name / dispatcher
 
 
-def _row(item: Pending, r: Receiver, attempt: int, outcome: str, status: int | None, error: str | None,
+def _row(item: Pending, r: Receiver, attempt: int, outcome: DeliveryOutcome, status: int | None, error: str | None,
          at: datetime, took_ms: float, next_at: datetime | None) -> dict[str, Any]:
     return {"delivery_id": delivery_id(item.event_id, r.name), "event_id": item.event_id, "receiver": r.name,
             "rule": item.event["rule"], "fingerprint": item.event["fingerprint"],

@@ -30,9 +30,29 @@ from schemas.expectations import (
 from schemas.kafka_metrics import MBEANS, metric_name
 from schemas.table import TableDef, columns
 
-EVENT_TYPES = ("admin_election", "broker_state", "config_change", "consumer_offset_reset", "election", "fault",
-               "fenced", "isr_change_controller", "isr_expand", "isr_shrink", "produce_rejected", "records_lost",
-               "recovery", "topic_created", "truncation", "unfenced")
+
+class EventType(StrEnum):
+    """bronze.cluster_events.event_type: what happened (its `cause` says why)."""
+
+    ADMIN_ELECTION = "admin_election"
+    BROKER_STATE = "broker_state"
+    CONFIG_CHANGE = "config_change"
+    CONSUMER_OFFSET_RESET = "consumer_offset_reset"
+    ELECTION = "election"
+    FAULT = "fault"
+    FENCED = "fenced"
+    ISR_CHANGE_CONTROLLER = "isr_change_controller"
+    ISR_EXPAND = "isr_expand"
+    ISR_SHRINK = "isr_shrink"
+    PRODUCE_REJECTED = "produce_rejected"
+    RECORDS_LOST = "records_lost"
+    RECOVERY = "recovery"
+    TOPIC_CREATED = "topic_created"
+    TRUNCATION = "truncation"
+    UNFENCED = "unfenced"
+
+
+EVENT_TYPES = tuple(t.value for t in EventType)
 ACKS_LEVELS = ("0", "1", "all")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import pyarrow as pa
 
 from schemas.bronze import TS
@@ -94,11 +96,24 @@ _schema, _docs = columns(
 )
 # An attempt is two rows with the same (delivery_id, attempt): its intent (`sending`, absent when nothing was to
 # be sent: silenced) and its end; count attempts as rows with outcome <> 'sending'.
-DELIVERY_OUTCOMES = ("delivered", "retry", "rejected", "gave_up", "silenced", "not_sent", "unknown")
+class DeliveryOutcome(StrEnum):
+    """gold.deliveries.outcome: how one attempt ended, or `sending`, its intent."""
+
+    SENDING = "sending"      # the intent, committed before the POST
+    DELIVERED = "delivered"  # 2xx
+    RETRY = "retry"          # failed, tried again later
+    REJECTED = "rejected"    # a 4xx other than 408/429: not tried again
+    GAVE_UP = "gave_up"      # retries exhausted
+    SILENCED = "silenced"    # not sent: a silence matched
+    NOT_SENT = "not_sent"    # the dispatcher stopped before the POST
+    UNKNOWN = "unknown"      # no outcome recorded before the dispatcher stopped: the receiver may have got it
+
+
+DELIVERY_OUTCOMES = tuple(o.value for o in DeliveryOutcome if o is not DeliveryOutcome.SENDING)
 DELIVERIES = TableDef(
     "gold", "deliveries", _schema, ("delivery_id", "attempt", "outcome"),
     "Every webhook delivery attempt: its intent, written before the POST, and its outcome.", _docs,
-    expectations=(in_set("outcome", ["sending", *DELIVERY_OUTCOMES]),),
+    expectations=(in_set("outcome", [o.value for o in DeliveryOutcome]),),
 )
 
 GOLD_ALERT_TABLES: tuple[TableDef, ...] = (ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES)

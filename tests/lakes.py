@@ -63,8 +63,8 @@ def build_silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> s
 def run_gold_jobs(spark: Any, lake: str) -> None:
     """jobs/posture.py and jobs/slo.py over the silver tables, to the end (available-now)."""
     settings = load_settings(overrides={"lakehouse": lake, "posture.trigger": "available-now",
-                                        "slo.trigger": "available-now", "posture.wait_for_tables_seconds": 0,
-                                        "slo.wait_for_tables_seconds": 0})
+                                        "slo.trigger": "available-now", "posture.wait_for_tables": "0 seconds",
+                                        "slo.wait_for_tables": "0 seconds"})
     for start in (start_posture, start_slo):
         query, _ = start(spark, settings, log=lambda _: None)
         query.awaitTermination()

@@ -277,7 +277,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
              **{"validate.driver_max_rows": small, "alerts.rules": None, "alerts.webhooks": False})
     settings = load_settings(overrides={"lakehouse": local, "alerts.webhooks": False, **{
         f"{job}.{key}": value for job in ("posture", "slo", "alerts")
-        for key, value in (("trigger", "available-now"), ("wait_for_tables_seconds", 0))}})
+        for key, value in (("trigger", "available-now"), ("wait_for_tables", "0 seconds"))}})
     quiet = {"log": lambda _: None}
     starts = (lambda: start_posture(spark, settings, **quiet)[0], lambda: start_slo(spark, settings, **quiet)[0],
               lambda: start_alerts(spark, settings, **quiet).query)

@@ -1,12 +1,16 @@
-"""Settings overrides land even when the settings file lacks the section, or leaves it empty."""
+"""conf/pipeline.yaml: overrides, durations, the defaults every job shares, renamed and removed keys."""
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from pathlib import Path
 
 import pytest
 
-from foundation.settings import SettingsError, load_settings
+from foundation import object_store
+from foundation.object_store import ObjectStore
+from foundation.settings import DEFAULT_CONFIG, PipelineSettings, SettingsError, load_settings, spark_interval
 
 
 @pytest.mark.parametrize("text", ["lakehouse: x\n", "lakehouse: x\nalerts:\n", "lakehouse: x\nalerts: {}\n"])
@@ -34,3 +38,84 @@ def test_a_removed_alerts_setting_is_named_with_why_it_went(tmp_path: Path, key:
     with pytest.raises(SettingsError, match=rf"pipeline\.yaml: alerts\.{name}: no longer a setting \(delete it\): "
                                             r"the alert lane always evaluates the rules on silver tables"):
         load_settings(path)
+
+
+def _load(tmp_path: Path, text: str) -> PipelineSettings:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    return load_settings(path)
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("10 seconds", dt.timedelta(seconds=10)), ("1 second", dt.timedelta(seconds=1)),
+    ("100 milliseconds", dt.timedelta(milliseconds=100)), ("1.5 minutes", dt.timedelta(seconds=90)),
+    ("168 hours", dt.timedelta(days=7)), ("1 day", dt.timedelta(days=1)), (" 2 minutes ", dt.timedelta(minutes=2)),
+])
+def test_every_duration_is_written_with_its_unit_and_held_as_a_timedelta(tmp_path: Path, text: str,
+                                                                       expected: dt.timedelta) -> None:
+    s = _load(tmp_path, f"validate:\n  counter_lookback: {text}\napi:\n  query_timeout: {text}\n")
+    assert s.validate_.counter_lookback == expected and s.api.query_timeout == expected
+    assert spark_interval(expected) == f"{round(expected.total_seconds() * 1000)} milliseconds"
+
+
+@pytest.mark.parametrize("text", ["10", "10 secs", "ten seconds", "-1 second", "'1 second later'"])
+def test_a_duration_without_a_known_unit_is_refused_naming_file_key_and_value(tmp_path: Path, text: str) -> None:
+    with pytest.raises(SettingsError, match=r"pipeline\.yaml: alerts\.lane_trigger_interval: .*expected a duration "
+                                            r"such as '10 seconds'"):
+        _load(tmp_path, f"alerts:\n  lane_trigger_interval: {text}\n")
+
+
+def test_the_defaults_apply_to_every_job_whose_own_section_does_not_set_them(tmp_path: Path) -> None:
+    s = _load(tmp_path, "defaults:\n  trigger_interval: 5 seconds\n  wait_for_tables: 0 seconds\n"
+                        "  max_files_per_trigger: 7\nslo:\n  trigger_interval: 2 minutes\n")
+    jobs = {"validate": s.validate_, "alerts": s.alerts, "posture": s.posture, "slo": s.slo}
+    assert {n: j.trigger_interval.total_seconds() for n, j in jobs.items()} == {
+        "validate": 5, "alerts": 5, "posture": 5, "slo": 120}
+    assert {j.wait_for_tables.total_seconds() for j in jobs.values()} == {0}
+    assert {j.max_files_per_trigger for j in jobs.values()} == {7}
+    # Without a defaults section, each job's own default: validate's trigger is faster than the gold jobs'.
+    plain = _load(tmp_path, "lakehouse: x\n")
+    assert (plain.validate_.trigger_interval, plain.alerts.trigger_interval) == (dt.timedelta(seconds=10),
+                                                                                 dt.timedelta(seconds=60))
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("defaults:\n  trigger_interval: soon\n", r"defaults\.trigger_interval: 'soon'"),
+    ("defaults:\n  tables: [runs]\n", r"defaults\.tables: \['runs'\]: Extra inputs are not permitted"),
+    ("defaults: 3\n", r"defaults: expected a mapping"),
+    ("defaults:\n  wait_for_tables_seconds: 1\n", r"defaults\.wait_for_tables_seconds: no longer a setting.*"
+                                                   r"renamed defaults\.wait_for_tables"),
+])
+def test_a_bad_default_is_named_in_the_defaults_section(tmp_path: Path, text: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        _load(tmp_path, text)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("validate.wait_for_tables_seconds", "validate.wait_for_tables"), ("posture.wait_for_tables_seconds",
+                                                                       "posture.wait_for_tables"),
+    ("validate.vacuum_retention_hours", "validate.vacuum_retention"), ("api.refresh_seconds", "api.refresh"),
+    ("api.query_timeout_seconds", "api.query_timeout"), ("api.dashboard_prebuild_seconds", "api.dashboard_prebuild"),
+])
+def test_a_key_renamed_with_its_unit_is_named_with_the_new_key(tmp_path: Path, old: str, new: str) -> None:
+    section, key = old.split(".")
+    with pytest.raises(SettingsError, match=rf"{re.escape(old)}: no longer a setting \(delete it\): renamed "
+                                            rf"{re.escape(new)}, a duration with its unit"):
+        _load(tmp_path, f"{section}:\n  {key}: 1\n")
+
+
+def test_the_shipped_file_holds_the_defaults_a_key_left_out_takes() -> None:
+    """docs/settings.md: a key left out of the file takes the shipped file's value (but `spark`)."""
+    shipped = load_settings(DEFAULT_CONFIG).model_dump(exclude={"lakehouse", "spark"})
+    assert shipped == PipelineSettings().model_dump(exclude={"lakehouse", "spark"})
+
+
+def test_loading_settings_leaves_the_process_store_alone_until_a_job_uses_it(tmp_path: Path) -> None:
+    before = object_store.current()
+    try:
+        s = _load(tmp_path, "storage:\n  endpoint: http://127.0.0.1:9\n  region: r-1\n")
+        assert object_store.current() == before
+        s.use_storage()
+        assert object_store.current() == ObjectStore("http://127.0.0.1:9", "r-1", path_style=True)
+    finally:
+        object_store.use(before)

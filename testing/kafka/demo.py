@@ -180,7 +180,7 @@ def pipeline_config(lakehouse: str, path: Path) -> Path:
 
     raw = yaml.safe_load((ROOT / "conf" / "pipeline.yaml").read_text())
     raw["lakehouse"] = lakehouse
-    raw.setdefault("validate", {})["wait_for_tables_seconds"] = 600
+    raw.setdefault("validate", {})["wait_for_tables"] = "600 seconds"
     path.write_text(yaml.safe_dump(raw, sort_keys=False))
     return path
 

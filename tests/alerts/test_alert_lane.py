@@ -254,7 +254,7 @@ def _start(spark: Any, lake: str, rules: str | None, log: Callable[[str], None] 
         # validate beside it on one small table: the lane reads its own (every bronze row here is valid)
         "lakehouse": lake, "validate.tables": ["runs"], "validate.trigger": "live",
         "validate.max_files_per_trigger": FILES_PER_BATCH,
-        "validate.wait_for_tables_seconds": 0,
+        "validate.wait_for_tables": "0 seconds",
         "alerts.rules": rules,
         "alerts.webhooks": rules is not None})
     return start_validation(spark, settings, log=log)
@@ -427,7 +427,7 @@ def test_available_now_the_lane_evaluates_the_commits_there_at_its_start_and_sto
     shutil.copytree(bronze, lake)
     settings = load_settings(overrides={
         "lakehouse": lake, "validate.tables": ["runs"], "validate.trigger": "available-now",
-        "validate.max_files_per_trigger": 1, "validate.wait_for_tables_seconds": 0,
+        "validate.max_files_per_trigger": 1, "validate.wait_for_tables": "0 seconds",
         "alerts.webhooks": False})
     lane = lane_to_the_end(spark, settings)
     commits = max(len([n for n in (tmp_path / "lakehouse" / "bronze" / t / "_delta_log").iterdir()

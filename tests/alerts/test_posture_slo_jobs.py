@@ -96,7 +96,7 @@ def test_a_batch_over_driver_max_rows_is_evaluated_per_cluster_on_the_executors_
     lake = str(tmp_path / "lake")
     shutil.copytree(silver_lake, lake, ignore=shutil.ignore_patterns("slo_timeslices", "slo_status", "_checkpoints"))
     settings = load_settings(overrides={"lakehouse": lake, "slo.trigger": "available-now",
-                                        "slo.wait_for_tables_seconds": 0, "slo.driver_max_rows": 0})
+                                        "slo.wait_for_tables": "0 seconds", "slo.driver_max_rows": 0})
     query, evaluator = start_slo(spark, settings, log=lambda _: None)
     query.awaitTermination()
     assert query.exception() is None, query.exception()

@@ -254,7 +254,7 @@ def test_an_empty_query_is_422(client: TestClient) -> None:
 def test_a_query_past_the_time_limit_is_408(api_lake: str) -> None:
     slow = ("SELECT sum(a.x * b.y) AS s FROM (SELECT unnest(range(200000)) AS x) a "
             "CROSS JOIN (SELECT unnest(range(1000)) AS y) b")      # ~0.7 s here
-    with TestClient(create_app(api_settings(api_lake, query_timeout_seconds=0.05))) as c:
+    with TestClient(create_app(api_settings(api_lake, query_timeout="0.05 seconds"))) as c:
         r = c.post("/api/v1/query", json={"sql": slow})
     assert r.status_code == 408 and r.json() == {"detail": "query ran longer than 0.05 s"}
 
@@ -338,7 +338,7 @@ def test_no_request_reaches_outside_the_lakehouse(client: TestClient) -> None:
 
 def test_answers_follow_a_new_table_version(lake_copy: str) -> None:
     """Responses are cached per table version: a new commit is seen at the next request."""
-    with TestClient(create_app(api_settings(lake_copy, refresh_seconds=0))) as c:
+    with TestClient(create_app(api_settings(lake_copy, refresh="0 seconds"))) as c:
         before = c.get("/api/v1/alerts", params={"limit": 1000}).json()
         assert c.get("/api/v1/alerts", params={"limit": 1000}).json() == before      # served again, unchanged
         rows = DeltaTable(f"{lake_copy}/gold/alerts").to_pyarrow_table()
@@ -353,7 +353,7 @@ def test_answers_follow_a_new_table_version(lake_copy: str) -> None:
 def test_a_repeated_request_is_answered_before_fastapi_until_its_basis_changes(lake_copy: str) -> None:
     """The response-cache middleware answers a URL it has seen with the same bytes, and stops the moment a
     silence or a table version changes what the answer was computed from."""
-    with TestClient(create_app(api_settings(lake_copy, refresh_seconds=0))) as c:
+    with TestClient(create_app(api_settings(lake_copy, refresh="0 seconds"))) as c:
         cache = c.app.state.responses   # type: ignore[attr-defined]
         url = "/api/v1/alerts?limit=1000"
         first = c.get(url)

@@ -106,7 +106,7 @@ def serving(lake: Path, work: Path, **api: Any) -> Iterator[Server]:
     """`isrwatch serve` on a free port with these `api.*` settings and the token in its environment; stopped
     (and its workers with it) even when the test fails."""
     config = work / "pipeline.yaml"
-    config.write_text(json.dumps({"api": {"dashboard_prebuild_seconds": 0, **api}}))   # JSON is YAML
+    config.write_text(json.dumps({"api": {"dashboard_prebuild": "0 seconds", **api}}))   # JSON is YAML
     port = _free_port()
     log = work / "serve.log"
     isrwatch = Path(sys.executable).with_name("isrwatch")
@@ -149,8 +149,8 @@ def small_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def sandbox(small_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """Default limits, a 3 s time limit, one query per client, 1 s for a free worker (short, with room for a
     busy machine)."""
-    with serving(small_lake, tmp_path_factory.mktemp("sandbox-serve"), query_timeout_seconds=3,
-                 query_max_per_client=1, query_wait_seconds=1, query_workers=2) as server:
+    with serving(small_lake, tmp_path_factory.mktemp("sandbox-serve"), query_timeout="3 seconds",
+                 query_max_per_client=1, query_wait="1 seconds", query_workers=2) as server:
         yield server
 
 
@@ -159,7 +159,7 @@ def guarded(small_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     """The token required for queries (api.query_auth), and limits raised so that a deep query reaches a worker."""
     lake = Path(shutil.copytree(small_lake, tmp_path_factory.mktemp("guarded") / "lakehouse"))  # silences written
     with serving(lake, tmp_path_factory.mktemp("guarded-serve"), query_auth=True, query_max_bytes=100_000,
-                 query_max_operators=100_000, query_timeout_seconds=30, query_workers=2) as server:
+                 query_max_operators=100_000, query_timeout="30 seconds", query_workers=2) as server:
         yield server
 
 
@@ -212,7 +212,7 @@ def test_runaway_queries_are_killed_and_their_workers_replaced(sandbox: Server) 
         runaways = [pool.submit(answered_at, client, RUNAWAY, event)
                     for client, event in zip((a, b), sent, strict=True)]
         assert all(event.wait(10) for event in sent), "the runaway queries were not sent"
-        # While both workers run away, a third client waits api.query_wait_seconds and hears why...
+        # While both workers run away, a third client waits api.query_wait and hears why...
         busy = _until(lambda: c.post("/api/v1/query", json={"sql": "SELECT 1"}), lambda r: r.status_code != 200,
                       5, "a query refused while both workers are busy")
         assert (busy.status_code, busy.json()) == (
@@ -309,7 +309,7 @@ def test_query_and_silences_need_the_token_over_the_socket(guarded: Server) -> N
 
 
 def test_workers_start_and_stop_with_the_app(small_lake: Path) -> None:
-    settings = load_settings(overrides={"lakehouse": str(small_lake), "api.dashboard_prebuild_seconds": 0,
+    settings = load_settings(overrides={"lakehouse": str(small_lake), "api.dashboard_prebuild": "0 seconds",
                                         "api.query_spare_worker": False})
     app = create_app(settings)
     assert app.state.sql_pool.pids() == []

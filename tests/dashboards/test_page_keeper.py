@@ -71,7 +71,7 @@ def test_a_page_that_no_longer_exists_is_dropped_and_does_not_stop_the_others(la
 
 
 def test_serve_starts_the_keeper_with_the_app_and_stops_it_with_the_app(lake: Path) -> None:
-    settings = load_settings(overrides={"lakehouse": str(lake), "api.dashboard_prebuild_seconds": 0.05})
+    settings = load_settings(overrides={"lakehouse": str(lake), "api.dashboard_prebuild": "0.05 seconds"})
     app = create_app(settings)
     keeper = app.state.page_keeper
     with TestClient(app) as client:
@@ -91,7 +91,7 @@ def test_serve_starts_the_keeper_with_the_app_and_stops_it_with_the_app(lake: Pa
         while keeper.passes == passes and time.monotonic() < deadline:
             time.sleep(0.05)
         assert keeper.passes > passes
-    off = load_settings(overrides={"lakehouse": str(lake), "api.dashboard_prebuild_seconds": 0})
+    off = load_settings(overrides={"lakehouse": str(lake), "api.dashboard_prebuild": "0 seconds"})
     assert create_app(off).state.page_keeper is None
 
 

@@ -45,7 +45,7 @@ def test_pages_are_html(client: TestClient, path: str) -> None:
 
 
 def test_a_page_polls_at_the_configured_interval_unless_the_query_says_otherwise(lake: Path) -> None:
-    with TestClient(app_over(lake, dashboard_refresh_seconds=7.5)) as c:
+    with TestClient(app_over(lake, dashboard_refresh="7.5 seconds")) as c:
         assert '"refreshMs":7500' in c.get("/dashboards/overview").text
         assert '"refreshMs":1000' in c.get("/dashboards/overview?refresh_seconds=1").text
         assert '"figuresUrl":null' in c.get("/dashboards/overview?refresh_seconds=0").text

@@ -149,7 +149,7 @@ def _validation_in_process(spark: Any, lake: Path, trigger: str, kill: kill_poin
     with `kill` armed (its action raises in this process); stopped and disarmed on exit."""
     settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
                                         "validate.trigger": trigger, "validate.max_files_per_trigger": 1,
-                                        "validate.wait_for_tables_seconds": 0, "alerts.webhooks": False})
+                                        "validate.wait_for_tables": "0 seconds", "alerts.webhooks": False})
     kill_points.arm(kill)
     try:
         running = start_validation(spark, settings, log=lambda _: None)

@@ -34,7 +34,7 @@ def validate(spark: Any, lakehouse: str, tables: tuple[str, ...] = TABLES, log: 
     # which run the lane themselves (tests/alerts/test_alerts_job.py); the lane beside validate is tested in
     # tests/alerts/test_alert_lane.py, tests/test_object_store.py and tests/test_pipeline_cli.py.
     settings = load_settings(overrides={"lakehouse": lakehouse, "validate.tables": list(tables),
-                                        "validate.trigger": "available-now", "validate.wait_for_tables_seconds": 0,
+                                        "validate.trigger": "available-now", "validate.wait_for_tables": "0 seconds",
                                         "alerts.rules": gold_rules_only(), **overrides})
     running = start_validation(spark, settings, log=log)
     for q in running.queries.values():
