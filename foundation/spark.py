@@ -21,6 +21,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from foundation import object_store
+from foundation.logs import not_ours
 
 ROOT = Path(__file__).resolve().parent.parent
 JARS_DIR = ROOT / "jvm" / "jars"
@@ -130,6 +131,8 @@ def quiet_python_loggers(verbose: bool) -> None:
     each line naming its logger (INFO would add hundreds of Great Expectations' start-up lines)."""
     if verbose:
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(not_ours)
         for name in QUIET_PYTHON_LOGGERS:
             logging.getLogger(name).setLevel(logging.NOTSET)
     else:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,9 @@ from pathlib import Path
 from broker_emulator.errors import InvariantViolation, ScenarioError
 from broker_emulator.scenario import load_scenario, parse_duration_ms
 from foundation.bronze_sink import SinkSchemaError
+from foundation.logs import configure, logger
+
+log = logger("cli")
 
 
 def _pace(value: str) -> float | None:
@@ -73,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    configure()
     if args.command == "emulate":
         return _emulate(args)
     if args.command == "sql":
@@ -113,7 +116,7 @@ def _emulate(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario).with_overrides(seed=args.seed, duration_ms=args.duration)
     except ScenarioError as e:
-        print(f"isrwatch: invalid scenario: {e}", file=sys.stderr)
+        log.error(f"isrwatch: invalid scenario: {e}")
         return 2
     sink = None
     if not args.no_lakehouse:
@@ -125,9 +128,9 @@ def _emulate(args: argparse.Namespace) -> int:
         import dataclasses
 
         scenario = dataclasses.replace(scenario, flush_every_intervals=1)
-    print(f"isrwatch emulate: scenario {scenario.name} ({scenario.source}) seed {scenario.seed}, "
-          f"{scenario.duration_ms / 1000:.0f} simulated s"
-          + ("" if args.no_lakehouse else f", writing {args.lakehouse.rstrip('/')}/bronze"), file=sys.stderr)
+    log.info(f"isrwatch emulate: scenario {scenario.name} ({scenario.source}) seed {scenario.seed}, "
+             f"{scenario.duration_ms / 1000:.0f} simulated s"
+             + ("" if args.no_lakehouse else f", writing {args.lakehouse.rstrip('/')}/bronze"))
     sim = Simulation(scenario, sink)
     wait_until = None
     if args.pace is not None:
@@ -142,19 +145,19 @@ def _emulate(args: argparse.Namespace) -> int:
         if args.quiet or wall - last[0] < 2.0:
             return
         last[0] = wall
-        print(f"  {now_ms / 1000:>8.0f}/{scenario.duration_ms / 1000:.0f} simulated s, "
-              f"{sim.queue.processed} events, {wall - started:.1f} s wall", file=sys.stderr, flush=True)
+        log.info(f"  {now_ms / 1000:>8.0f}/{scenario.duration_ms / 1000:.0f} simulated s, "
+                 f"{sim.queue.processed} events, {wall - started:.1f} s wall")
 
     try:
         summary = sim.run(on_interval=progress, wait_until=wait_until)
     except InvariantViolation as e:
-        print(f"isrwatch: FAILED: {e}", file=sys.stderr)
+        log.error(f"isrwatch: FAILED: {e}")
         return 3
     except SinkSchemaError as e:
-        print(f"isrwatch: {e}", file=sys.stderr)
+        log.error(f"isrwatch: {e}")
         return 2
     except KeyboardInterrupt:
-        print("isrwatch: interrupted; batches written so far are complete and idempotent", file=sys.stderr)
+        log.info("isrwatch: interrupted; batches written so far are complete and idempotent")
         return 130
     wall = time.monotonic() - started
     summary["wall_seconds"] = round(wall, 3)

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import functools
 import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 from broker_emulator.scenario import parse_duration_ms
+from foundation.logs import logger
+
+log = logger("collect")
 
 
 def _seconds(value: str) -> float:
@@ -83,18 +85,18 @@ def main_collect(args: argparse.Namespace) -> int:
         try:
             security = security_from_file(args.command_config)
         except SecurityConfigError as e:
-            print(f"isrwatch collect: {e}", file=sys.stderr)
+            log.error(f"isrwatch collect: {e}")
             return 2
         for key in security.ignored_properties:
-            print(f"isrwatch collect: warning: {key} in {args.command_config} is ignored (the collector has its own "
-                  "timeouts and client ids)", file=sys.stderr)
+            log.warning(f"isrwatch collect: warning: {key} in {args.command_config} is ignored (the collector has its "
+                        "own timeouts and client ids)")
     from pipelines.alert_rules import AlertConfigError
     from pipelines.rule_metrics import metrics_read_by_rules_file
 
     try:
         rule_metrics = metrics_read_by_rules_file(args.alert_rules)
     except AlertConfigError as e:
-        print(f"isrwatch collect: {e}", file=sys.stderr)
+        log.error(f"isrwatch collect: {e}")
         return 2
     urls: dict[int | None, list[str]] = {}
     for node, url in args.metrics_url:
@@ -107,7 +109,7 @@ def main_collect(args: argparse.Namespace) -> int:
         state_root = settings.state_root
         ScrapeTiming(settings.interval_s, settings.timeout_s, settings.scrape_timeout_s)
     except ValueError as e:
-        print(f"isrwatch collect: {e}", file=sys.stderr)
+        log.error(f"isrwatch collect: {e}")
         return 2
     canary_factory = None
     if not args.no_canary:
@@ -121,7 +123,7 @@ def main_collect(args: argparse.Namespace) -> int:
     try:
         collector = Collector(settings, canary_factory=canary_factory)
     except (CollectorError, CanaryError) as e:
-        print(f"isrwatch collect: {e}", file=sys.stderr)
+        log.error(f"isrwatch collect: {e}")
         return 2
     stop = threading.Event()
 
@@ -129,7 +131,7 @@ def main_collect(args: argparse.Namespace) -> int:
         if stop.is_set():  # a second Ctrl-C: leave at once
             raise KeyboardInterrupt
         stop.set()
-        print("isrwatch collect: stopping after this interval", file=sys.stderr)
+        log.info("isrwatch collect: stopping after this interval")
 
     previous = signal.signal(signal.SIGINT, request_stop)
     signal.signal(signal.SIGTERM, request_stop)
@@ -142,7 +144,7 @@ def main_collect(args: argparse.Namespace) -> int:
         if status["metrics_warnings"] != warned:
             warned[:] = status["metrics_warnings"]
             for warning in warned:
-                print(f"isrwatch collect: {warning}", file=sys.stderr, flush=True)
+                log.warning(f"isrwatch collect: {warning}")
         if args.quiet:
             return
         silent = status["not_answering"]
@@ -157,7 +159,7 @@ def main_collect(args: argparse.Namespace) -> int:
     try:
         batches = collector.run(duration_s=args.duration, on_step=progress, should_stop=stop.is_set)
     except SinkSchemaError as e:
-        print(f"isrwatch collect: {e}", file=sys.stderr)
+        log.error(f"isrwatch collect: {e}")
         return 2
     finally:
         collector.close()

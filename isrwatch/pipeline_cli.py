@@ -6,13 +6,16 @@ import argparse
 import functools
 import json
 import re
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from foundation.logs import logger
 from foundation.settings import SettingsError
 from jobs.query_restarts import Restarts, failure_reason
+
+log = logger("pipeline")
+
 
 JOBS = ("validate", "posture", "slo", "alerts")
 
@@ -185,12 +188,12 @@ def main_pipeline(args: argparse.Namespace) -> int:
     jobs = [j for j in args.jobs.split(",") if j]
     unknown = [j for j in jobs if j not in JOBS]
     if unknown or not jobs:
-        print(f"isrwatch pipeline: unknown jobs {unknown or jobs}; known: {', '.join(JOBS)}", file=sys.stderr)
+        log.error(f"isrwatch pipeline: unknown jobs {unknown or jobs}; known: {', '.join(JOBS)}")
         return 2
     try:
         settings = build_settings(args, jobs)
     except SettingsError as e:
-        print(f"isrwatch pipeline: {e}", file=sys.stderr)
+        log.error(f"isrwatch pipeline: {e}")
         return 2
     if "validate" in jobs:
         import_in_background()
@@ -222,11 +225,10 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
     try:
         running, dispatcher = start_jobs(spark, settings, jobs, progress)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError, SloConfigError) as e:
-        print(f"isrwatch pipeline: {e}", file=sys.stderr)
+        log.error(f"isrwatch pipeline: {e}")
         return 2
-    print(f"isrwatch pipeline: {len(running)} queries ({', '.join(j.name for j in running)}), lakehouse "
-          f"{settings.lakehouse}",
-          file=sys.stderr)
+    log.info(f"isrwatch pipeline: {len(running)} queries ({', '.join(j.name for j in running)}), lakehouse "
+             f"{settings.lakehouse}")
     started = time.monotonic()
     outcome = _watch(running, args, started)
     try:
@@ -243,11 +245,10 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
         dispatcher.stop()
     failed = [j for j in running if j.query.exception() is not None]
     for job in running:
-        print(f"isrwatch pipeline: {job.name}: {job.stats.describe()}", file=sys.stderr)
+        log.info(f"isrwatch pipeline: {job.name}: {job.stats.describe()}")
     for job in failed:
-        print(f"isrwatch pipeline: {job.name} FAILED: {failure_reason(job.query.exception())}", file=sys.stderr)
-    print(f"isrwatch pipeline: {'FAILED' if failed else outcome} after {time.monotonic() - started:.0f} s",
-          file=sys.stderr)
+        log.error(f"isrwatch pipeline: {job.name} FAILED: {failure_reason(job.query.exception())}")
+    log.error(f"isrwatch pipeline: {'FAILED' if failed else outcome} after {time.monotonic() - started:.0f} s")
     return 1 if failed else 0
 
 
@@ -269,15 +270,14 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float, restart
             for job in [j for j in running if not j.query.isActive and j.query.exception() is not None]:
                 error = failure_reason(job.query.exception())
                 if job.restart is None or not restarts.allow(job.name, time.monotonic()):
-                    print(f"isrwatch pipeline: {job.name} failed ({error}); stopping the other queries",
-                          file=sys.stderr)
+                    log.error(f"isrwatch pipeline: {job.name} failed ({error}); stopping the other queries")
                     return "failed"
-                print(f"isrwatch pipeline: {job.name} failed ({error}); restarting it from its checkpoint "
-                      f"({restarts.describe(job.name)})", file=sys.stderr)
+                log.error(f"isrwatch pipeline: {job.name} failed ({error}); restarting it from its checkpoint "
+                          f"({restarts.describe(job.name)})")
                 time.sleep(restarts.wait_s(job.name))
                 running[running.index(job)] = job.restart()
             if stop_requested.is_set():
-                print("isrwatch pipeline: stopping (signal)", file=sys.stderr)
+                log.info("isrwatch pipeline: stopping (signal)")
                 return "stopped (signal)"
             if args.duration is not None and time.monotonic() - started >= args.duration:
                 return "stopped after --duration"
@@ -287,14 +287,14 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float, restart
                     versions, changed_at = now, time.monotonic()
                 elif (time.monotonic() - changed_at >= args.stop_when_idle
                       and all(versions_behind(j.query) == 0 for j in running)):
-                    print("isrwatch pipeline: caught up and every table idle; stopping", file=sys.stderr)
+                    log.info("isrwatch pipeline: caught up and every table idle; stopping")
                     return "done"
             time.sleep(0.2)
             if time.monotonic() >= next_status:
                 next_status += args.status_every
                 for job in running:
-                    print(job.status_line(), file=sys.stderr)
+                    log.info(job.status_line())
     except KeyboardInterrupt:
-        print("isrwatch pipeline: stopping (Ctrl-C)", file=sys.stderr)
+        log.info("isrwatch pipeline: stopping (Ctrl-C)")
         return "stopped (Ctrl-C)"
     return "done"

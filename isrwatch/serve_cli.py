@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
+from foundation.logs import logger
 from foundation.settings import SettingsError, load_settings
+
+log = logger("serve")
 
 
 def add_serve_parsers(sub: Any) -> None:
@@ -38,7 +40,7 @@ def main_serve(args: argparse.Namespace) -> int:
                                                "api.port": args.port})
         app = create_app(settings)
     except (SettingsError, ValueError) as e:
-        print(f"isrwatch serve: {e}", file=sys.stderr)
+        log.error(f"isrwatch serve: {e}")
         return 2
     host, port = settings.api.host, settings.api.port
     shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
@@ -58,10 +60,10 @@ def main_dashboards(args: argparse.Namespace) -> int:
     try:
         settings = load_settings(args.config, {"lakehouse": args.lakehouse})
     except SettingsError as e:
-        print(f"isrwatch dashboards: {e}", file=sys.stderr)
+        log.error(f"isrwatch dashboards: {e}")
         return 2
     if args.window_minutes is not None and args.window_minutes <= 0:
-        print("isrwatch dashboards: --window-minutes must be > 0", file=sys.stderr)
+        log.error("isrwatch dashboards: --window-minutes must be > 0")
         return 2
     settings.use_storage()
     written = export_pages(LakehouseReader(settings.lakehouse), args.out, cluster=args.cluster,

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from foundation.logs import logger
+
+log = logger("sql")
+
+
 LAYERS = ("bronze", "silver", "quarantine", "gold", "api")
 
 
@@ -129,11 +134,11 @@ def _execute(spark: Any, statement: str, args: argparse.Namespace, out: TextIO) 
     try:
         columns, rows, truncated = run_query(spark, statement, args.max_rows)
     except SqlError as e:
-        print(f"isrwatch sql: {e}", file=sys.stderr)
+        log.info(f"isrwatch sql: {e}")
         return False
     out.write(format_rows(columns, rows, args.format))
     if truncated:
-        print(f"isrwatch sql: output cut at --max-rows {args.max_rows}", file=sys.stderr)
+        log.info(f"isrwatch sql: output cut at --max-rows {args.max_rows}")
     return True
 
 
@@ -166,7 +171,7 @@ def main_sql(args: argparse.Namespace) -> int:
 
     root = args.lakehouse
     if "://" not in root and not Path(root).is_dir():
-        print(f"isrwatch sql: lakehouse {root!r} does not exist (run `isrwatch emulate` first)", file=sys.stderr)
+        log.error(f"isrwatch sql: lakehouse {root!r} does not exist (run `isrwatch emulate` first)")
         return 2
     spark = build_spark_session("isrwatch-sql", conf={"spark.sql.warehouse.dir": tempfile.mkdtemp(
         prefix="isrwatch-warehouse-")}, verbose=args.verbose, lakehouse=root)

@@ -26,6 +26,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from foundation.logs import logger
+
+log = logger("submit")
+
+
 ROOT = Path(__file__).resolve().parent.parent
 JOBS = ("validate", "posture", "slo", "alerts")
 LOG4J2_CONFIG = ROOT / "conf" / "log4j2.properties"
@@ -174,11 +179,11 @@ def main_submit(args: argparse.Namespace) -> int:
             job, spark_args, job_args = split_arguments(args.rest)
             cmd = spark_submit_command(job, spark_args, job_args, credentials=write_credentials(Path(tmp)))
         except SubmitError as e:
-            print(f"isrwatch submit: {e}", file=sys.stderr)
+            log.error(f"isrwatch submit: {e}")
             return 2
         pidfile = Path(tmp) / "driver.pid"
         env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "ISRWATCH_DRIVER_PIDFILE": str(pidfile)}
-        print(f"isrwatch submit: {job}: {' '.join(cmd[:1] + spark_args)} …", file=sys.stderr)
+        log.info(f"isrwatch submit: {job}: {' '.join(cmd[:1] + spark_args)} …")
         # Its own session: a Ctrl-C in the terminal reaches only this process, which hands it to the driver;
         # the JVM, signalled too, would end Spark under the running micro-batch.
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
@@ -188,7 +193,7 @@ def main_submit(args: argparse.Namespace) -> int:
             nonlocal stopping
             driver = _driver_pid(pidfile)
             if driver is not None and not stopping:
-                print(f"isrwatch submit: {signal.Signals(signum).name}: stopping the {job} query", file=sys.stderr)
+                log.info(f"isrwatch submit: {signal.Signals(signum).name}: stopping the {job} query")
                 os.kill(driver, signal.SIGINT)
             elif proc.poll() is None:
                 proc.terminate()   # no driver yet (or asked twice): end spark-submit itself

@@ -17,7 +17,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TextIO
 
+from foundation.logs import logger
 from pipelines.alertmanager import SIGNATURE_HEADER, verify
+
+log = logger("webhook_receiver")
 
 
 def add_receiver_parser(sub: Any) -> None:
@@ -90,13 +93,13 @@ def main_receiver(args: argparse.Namespace) -> int:
     try:
         printer = WebhookPrinter(args.port, args.secret, sys.stdout, args.jsonl)
     except OSError as e:
-        print(f"isrwatch webhook-receiver: cannot listen on 127.0.0.1:{args.port}: {e}", file=sys.stderr)
+        log.error(f"isrwatch webhook-receiver: cannot listen on 127.0.0.1:{args.port}: {e}")
         return 2
-    print(f"isrwatch webhook-receiver: listening on http://127.0.0.1:{args.port}/ (Ctrl-C stops)", file=sys.stderr)
+    log.info(f"isrwatch webhook-receiver: listening on http://127.0.0.1:{args.port}/ (Ctrl-C stops)")
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` from a script stops it like Ctrl-C
     with contextlib.suppress(KeyboardInterrupt):
         printer.serve()
-    print(f"isrwatch webhook-receiver: {printer.received} alerts received", file=sys.stderr)
+    log.info(f"isrwatch webhook-receiver: {printer.received} alerts received")
     return 0
 
 

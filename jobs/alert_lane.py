@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from pyspark.sql.streaming import StreamingQuery
 from foundation import kill_points, object_store
 from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource, store_option
 from foundation.delta_io import open_table
+from foundation.logs import logger
 from foundation.settings import PipelineSettings, spark_interval
 from jobs.alert_recorder import BackgroundRecorder
 from jobs.alert_stage import LANE, SOURCE_COLUMNS, AlertStage, build_stage, settle_owners, used_tables
@@ -53,6 +53,9 @@ from jobs.validate_routes import RoutedOnDriver
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer
 from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
 from schemas.table import TableDef
+
+log = logger("alert_lane")
+
 
 JOB = "alert_lane"  # in kill points (foundation/kill_points.py): alert_lane:<batch>:after_delivery
 
@@ -210,7 +213,7 @@ def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tabl
 
 
 def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_checkpoint: str | None,
-                     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                     log: Callable[[str], None] = lambda m: log.info(m),
                      on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningLane | None:
     """The lane's query, started (live, or available-now as validate), or None when no rule reads a silver table. Its

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.delta_io import AppVersions, ensure_table
+from foundation.logs import configure, logger
 from foundation.settings import PipelineSettings, SettingsError
 from jobs import driver_signals
 from jobs.alert_stage import (
@@ -60,6 +61,8 @@ from jobs.streaming import (
 from pipelines.alert_config import load_alert_config, split_by_layer
 from pipelines.alert_rules import AlertConfig, AlertConfigError
 from pipelines.webhook_delivery import WebhookDispatcher
+
+log = logger("alerts")
 
 
 @dataclass
@@ -105,7 +108,7 @@ class RunningAlerts:
 
 
 def start_alerts(spark: SparkSession, settings: PipelineSettings, config: AlertConfig | None = None,
-                 log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> RunningAlerts:
+                 log: Callable[[str], None] = lambda m: log.info(m)) -> RunningAlerts:
     """Load the rules on gold tables and their engine state, start the webhook lanes, then the streaming query."""
     settings.use_storage()
     a, lake = settings.alerts, settings.lakehouse
@@ -153,11 +156,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     from foundation.spark import build_spark_session
 
     args = build_parser().parse_args(argv)
+    configure(args.verbose)
     try:
         settings = settings_from_args(args)
         config = load_alert_config(settings.alerts.rules)
     except (SettingsError, AlertConfigError) as e:
-        print(f"alerts: {e}", file=sys.stderr)
+        log.error(f"alerts: {e}")
         return 2
     spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
@@ -165,12 +169,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         running = start_alerts(spark, settings, config)
     except (FileNotFoundError, AlertConfigError) as e:
-        print(f"alerts: {e}", file=sys.stderr)
+        log.error(f"alerts: {e}")
         return 2
-    print(f"alerts: {len(running.evaluator.stage.config.rules)} rules, {len(config.receivers)} receiver(s), "
-          f"trigger {settings.alerts.trigger}", file=sys.stderr)
+    log.info(f"alerts: {len(running.evaluator.stage.config.rules)} rules, {len(config.receivers)} receiver(s), "
+             f"trigger {settings.alerts.trigger}")
     if await_query(running.query, running.stop):
-        print("alerts: stopped; a restart resumes where this left off", file=sys.stderr)
+        log.info("alerts: stopped; a restart resumes where this left off")
         return 130
     if running.dispatcher is not None:
         running.dispatcher.wait_idle(30)
@@ -178,9 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     s = running.evaluator.stats
     failed = running.query.exception() is not None
     if failed:
-        print(f"alerts: FAILED: {running.query.exception()}", file=sys.stderr)
-    print(f"alerts: {s.total_transitions} transitions, {s.firing} alerts firing; {s.executor_batches} of "
-          f"{s.batches} micro-batches evaluated on the executors, in {s.busy_ms / 1000:.1f} s", file=sys.stderr)
+        log.error(f"alerts: FAILED: {running.query.exception()}")
+    log.error(f"alerts: {s.total_transitions} transitions, {s.firing} alerts firing; {s.executor_batches} of "
+              f"{s.batches} micro-batches evaluated on the executors, in {s.busy_ms / 1000:.1f} s")
     return 1 if failed else 0
 
 

@@ -30,12 +30,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from foundation.delta_io import AppVersions, ensure_table, read_rows
+from foundation.logs import logger
 from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.streaming import add_common_args, load_job_settings, run_job, start_query, union_stream, wait_started
 from pipelines.posture import CONFIG_COLUMNS, latest_configs, topic_posture
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY
 from schemas.silver import SILVER_TABLES
+
+log = logger("posture")
 
 
 @dataclass
@@ -109,7 +112,7 @@ class PostureEvaluator:
 
 
 def start_posture(spark: SparkSession, settings: PipelineSettings,
-                  log: Any = lambda m: print(m, file=sys.stderr)) -> tuple[Any, PostureEvaluator]:
+                  log: Any = lambda m: log.info(m)) -> tuple[Any, PostureEvaluator]:
     settings.use_storage()
     job, lake = settings.posture, settings.lakehouse
     paths = {t: SILVER_TABLES[t].path(lake) for t in ("topic_configs", "runs")}

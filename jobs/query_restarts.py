@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import collections
 import re
-import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from foundation.logs import logger
 from jobs.alert_lane import JOB as JOB_LANE
 from jobs.alert_lane import RunningLane
 from jobs.streaming import await_query, stop_between_batches
+
+log = logger("validate")
+
 
 # The alert lane's source is a Python data source: Spark starts a Python worker for it and waits a fixed 10 s for the
 # worker to connect back (PythonWorkerFactory, not configurable). Beside a busy cluster on 2 cores that start once
@@ -103,11 +106,11 @@ def await_validation(running: ValidationWithLane) -> tuple[bool, bool]:
             continue
         reason = failure_reason(lane.query.exception())
         if not restarts.allow(JOB_LANE, time.monotonic()):
-            print(f"validate: the alert lane failed ({reason}) again; stopping", file=sys.stderr)
+            log.error(f"validate: the alert lane failed ({reason}) again; stopping")
             if running.query.isActive:
                 stop_between_batches(running.query)
             return False, True
-        print(f"validate: the alert lane failed ({reason}); restarting it from its checkpoint "
-              f"({restarts.describe(JOB_LANE)})", file=sys.stderr)
+        log.error(f"validate: the alert lane failed ({reason}); restarting it from its checkpoint "
+                  f"({restarts.describe(JOB_LANE)})")
         time.sleep(restarts.wait_s(JOB_LANE))
         running.restart_lane()

@@ -36,6 +36,7 @@ from pyspark.sql import functions as F
 
 from foundation import kill_points
 from foundation.delta_io import AppVersions, ensure_table
+from foundation.logs import logger
 from foundation.settings import PipelineSettings, SettingsError
 from jobs.delta_tables import wait_for_tables
 from jobs.per_cluster import route, step_per_cluster
@@ -53,6 +54,8 @@ from pipelines.slo_per_cluster import evaluate_cluster, gather, series_by_cluste
 from pipelines.slo_spec import BURN_WINDOWS, Slo, SloConfigError
 from schemas.gold_durability import SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
+
+log = logger("slo")
 
 
 def stream_columns(table: str) -> list[Any]:
@@ -147,7 +150,7 @@ class SloEvaluator:
 
 
 def start_slo(spark: SparkSession, settings: PipelineSettings, slos: tuple[Slo, ...] | None = None,
-              log: Any = lambda m: print(m, file=sys.stderr)) -> tuple[Any, SloEvaluator]:
+              log: Any = lambda m: log.info(m)) -> tuple[Any, SloEvaluator]:
     settings.use_storage()
     job, lake = settings.slo, settings.lakehouse
     slos = slos or load_slos(job.specs)

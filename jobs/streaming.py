@@ -9,7 +9,6 @@ changes nothing.
 from __future__ import annotations
 
 import argparse
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -20,8 +19,12 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from foundation.delta_io import AppVersions
+from foundation.logs import configure, logger
 from foundation.settings import JobSettings, PipelineSettings, load_settings, parse_spark_conf, spark_interval
 from jobs import driver_signals
+
+log = logger("jobs")
+
 
 T = TypeVar("T")
 
@@ -92,10 +95,11 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
     when its tables are missing), then wait and print the evaluator's stats."""
     from foundation.spark import build_spark_session
 
+    configure(verbose)
     try:
         settings, extra = load()
     except errors as e:
-        print(f"{job}: {e}", file=sys.stderr)
+        log.error(f"{job}: {e}")
         return 2
     spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose,
                                 lakehouse=settings.lakehouse)
@@ -103,7 +107,7 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
     try:
         query, evaluator = start(spark, settings, extra)
     except FileNotFoundError as e:
-        print(f"{job}: {e}", file=sys.stderr)
+        log.error(f"{job}: {e}")
         return 2
     began = time.monotonic()
     return await_job(job, query, lambda: f"{evaluator.stats.describe()}; {time.monotonic() - began:.0f} s")
@@ -112,12 +116,12 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
 def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> int:
     """Wait for the query (available-now ends by itself; Ctrl-C stops a live one); print the outcome."""
     if await_query(query):
-        print(f"{name}: stopped; a restart resumes where this left off", file=sys.stderr)
+        log.info(f"{name}: stopped; a restart resumes where this left off")
         return 130
     error = query.exception()
     if error is not None:
-        print(f"{name}: FAILED: {error}", file=sys.stderr)
-    print(f"{name}: {summary()}", file=sys.stderr)
+        log.error(f"{name}: FAILED: {error}")
+    log.error(f"{name}: {summary()}")
     return 1 if error is not None else 0
 
 

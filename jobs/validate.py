@@ -39,6 +39,7 @@ from pyspark.sql.streaming import StreamingQuery
 
 from foundation import kill_points
 from foundation.batch_appender import BatchAppender
+from foundation.logs import configure, logger
 from foundation.settings import PipelineSettings, SettingsError, spark_interval
 from foundation.spool import Spool
 from jobs import driver_signals
@@ -73,6 +74,8 @@ from pipelines.great_expectations_check import SuiteValidator, import_in_backgro
 from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES, RUNS, TOPIC_CONFIGS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from schemas.table import TableDef
+
+log = logger("validate")
 
 
 @dataclass
@@ -109,7 +112,7 @@ class UnionValidator:
     table_stats: dict[str, BatchStats] = field(default_factory=dict)
     query_id: str | None = None
     started: threading.Event = field(default_factory=threading.Event)
-    log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
+    log: Callable[[str], None] = lambda m: log.info(m)
     # Called after each batch with its id, rows and steps (the driver route's too): the progress log's
     # breakdown of a live batch (`isrwatch pipeline run --progress-log`).
     on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None
@@ -303,8 +306,7 @@ class RunningValidation:
     def finish(self) -> None:
         """After the query stopped: the batches still waiting for GE get their dq records."""
         if self.validator.behind is not None and not self.validator.behind.drain():
-            print("validate: Great Expectations still running at exit: its batches are validated at the next start",
-                  file=sys.stderr)
+            log.info("validate: Great Expectations still running at exit: its batches are validated at the next start")
         if self.validator.ge_process is not None:
             self.validator.ge_process.close()
         if self.lane is not None:
@@ -314,7 +316,7 @@ class RunningValidation:
 
 
 def start_validation(spark: SparkSession, settings: PipelineSettings,
-                     log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                     log: Callable[[str], None] = lambda m: log.info(m),
                      on_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      lane_steps: Callable[[int, int, list[tuple[str, float]]], None] | None = None,
                      ) -> RunningValidation:
@@ -380,10 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from foundation.spark import build_spark_session
 
     args = build_parser().parse_args(argv)
+    configure(args.verbose)
     try:
         settings = settings_from_args(args)
     except SettingsError as e:
-        print(f"validate: {e}", file=sys.stderr)
+        log.error(f"validate: {e}")
         return 2
     import_in_background()
     spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose,
@@ -392,23 +395,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         running = start_validation(spark, settings)
     except (SchemaDriftError, FileNotFoundError, AlertConfigError) as e:
-        print(f"validate: {e}", file=sys.stderr)
+        log.error(f"validate: {e}")
         return 2
     v = settings.validate_
     names = ", ".join(td.name for td in running.validator.tables)
-    print(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}",
-          file=sys.stderr)
+    log.info(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}")
     stopped, lane_failed = await_validation(running)
     running.finish()
     if stopped:
-        print("validate: stopped; checkpoints are consistent, a restart resumes", file=sys.stderr)
+        log.info("validate: stopped; checkpoints are consistent, a restart resumes")
         return 130
     failed = running.query.exception() is not None or lane_failed
     if running.query.exception() is not None:
-        print(f"validate: failed: {running.query.exception()}", file=sys.stderr)
+        log.error(f"validate: failed: {running.query.exception()}")
     for name, s in running.validator.table_stats.items():
-        print(f"validate: {name}: {s.total_in} rows in, {s.total_valid} to silver, "
-              f"{s.total_quarantined} quarantined", file=sys.stderr)
+        log.error(f"validate: {name}: {s.total_in} rows in, {s.total_valid} to silver, "
+                  f"{s.total_quarantined} quarantined")
     return 1 if failed else 0
 
 
