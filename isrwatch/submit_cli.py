@@ -27,6 +27,7 @@ from pathlib import Path
 from types import FrameType
 
 from foundation.logs import logger
+from foundation.object_store import ObjectStore
 
 log = logger("submit")
 
@@ -114,18 +115,18 @@ def _option(args: list[str], name: str) -> str | None:
     return value
 
 
-def lakehouse_of(job_args: list[str]) -> str:
-    """The lakehouse the job will use: its --lakehouse, else its settings file's (--config, else the default)."""
+def lakehouse_of(job_args: list[str]) -> tuple[str, ObjectStore]:
+    """The lakehouse the job will use (its --lakehouse, else its settings file's: --config, else the default) and
+    the store it is on, as the job will read them."""
     from foundation.settings import load_settings
 
-    given = _option(job_args, "--lakehouse")
-    return given if given is not None else load_settings(_option(job_args, "--config")).lakehouse
+    settings = load_settings(_option(job_args, "--config"), {"lakehouse": _option(job_args, "--lakehouse")})
+    return settings.lakehouse, settings.storage.object_store()
 
 
 def write_credentials(folder: Path, environ: Mapping[str, str] = os.environ) -> Path | None:
     """The object store's credentials from the environment as a Spark properties file only its owner can read
     (None: no credentials in the environment). Executors on a worker do not share the driver's environment."""
-    from foundation.object_store import ObjectStore
 
     confs = ObjectStore.credential_confs(environ)
     if not confs:
@@ -148,9 +149,10 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
     pairs, conf, user_jars = _options(spark_args)
     store_jars: list[str] = []
     store_conf: dict[str, str] = {}
-    on_store = object_store.is_object_store(lakehouse_of(job_args))
+    lakehouse, store = lakehouse_of(job_args)
+    on_store = object_store.is_object_store(lakehouse)
     if on_store:
-        store_jars, store_conf = s3_jars(), object_store.current().spark_confs()
+        store_jars, store_conf = s3_jars(), store.spark_confs()
     named = {name for name, _ in pairs}
     master = dict(pairs).get("--master") or "local[*]"
     own_class_path = "--driver-class-path" in named or "spark.driver.extraClassPath" in conf

@@ -82,6 +82,7 @@ def test_the_settings_name_the_endpoint_and_refuse_a_malformed_one(tmp_path: Pat
         settings = load_settings(overrides={"lakehouse": "s3a://lake/isrwatch",
                                             "storage.endpoint": "http://127.0.0.1:9000", "storage.region": "x-1"})
         assert settings.lakehouse == "s3a://lake/isrwatch"
+        settings.use_storage()  # what a job does as it starts (loading has no side effect: tests/test_settings.py)
         assert object_store.current() == ObjectStore("http://127.0.0.1:9000", "x-1", path_style=True)
         with pytest.raises(SettingsError, match=r"storage.endpoint: '127.0.0.1:9000': .*http://host:port"):
             load_settings(overrides={"storage.endpoint": "127.0.0.1:9000"})
