@@ -52,7 +52,10 @@ from bench.bronze_tail import TAIL_EVERY_S, BronzeTail, Exporter, Incident
 from bench.emulator_process import DEFAULT_SCENARIO, start_emulator
 from bench.percentiles import percentile
 from bench.process_cpu import tree_cpu_seconds
+from foundation.delta_io import read_rows
 from jobs.progress_log import read_progress
+from pipelines.alertmanager import ATTEMPT_HEADER, DELIVERY_ID_FIELD
+from schemas.gold import ALERT_EVENTS, DELIVERIES, DeliveryOutcome
 from tests.alerts.receiver import Receiver
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,9 +201,13 @@ def _entity(rule: str, labels: dict[str, str]) -> tuple[str, ...]:
     return (labels.get("cluster", ""),)
 
 
+Caught = tuple[Incident, dict[str, Any]]   # an incident and the notification that caught it
+
+
 @dataclass
 class Scores:
     delays: list[float] = field(default_factory=list)
+    hits: list[Caught] = field(default_factory=list)
     missed: int = 0
     already_firing: int = 0     # the system's alert for the entity still firing from before: nothing new to send
     unmatched: int = 0          # firing notifications that began no incident
@@ -227,6 +234,7 @@ def score(incidents: list[Incident], arrivals: list[tuple[float, dict[str, Any]]
             if hit is not None:
                 used.add(hit[0])
                 out.delays.append(hit[1] - incident.began)
+                out.hits.append((incident, mine[hit[0]][1]))
                 continue
             before = [a["status"] for _i, t, a in notes if t < incident.began]
             if before and before[-1] == "firing":
@@ -237,10 +245,12 @@ def score(incidents: list[Incident], arrivals: list[tuple[float, dict[str, Any]]
     return out
 
 
-def report(tail: BronzeTail, receivers: dict[str, Receiver], measured_from: float) -> None:
+def report(tail: BronzeTail, receivers: dict[str, Receiver], measured_from: float) -> list[Caught]:
+    """The table; returns isrwatch's caught incidents with their notifications."""
     print(f"\n  {'rule':<22} {'incidents':>9}  {'system':<8} {'caught':>6} {'missed':>6} {'firing':>6} "
           f"{'p50 s':>6} {'p95 s':>6} {'max s':>6} {'unmatched':>9}")
     pooled: dict[str, list[float]] = {"isrwatch": [], "peer": []}
+    caught: list[Caught] = []
     for rule in RULES:
         incidents = [i for i in tail.incidents if i.rule == rule]
         figures = {}
@@ -248,6 +258,8 @@ def report(tail: BronzeTail, receivers: dict[str, Receiver], measured_from: floa
             s = score(tail.incidents, receivers[system].arrivals(), rule, measured_from)
             figures[system] = s
             pooled[system] += s.delays
+            if system == "isrwatch":
+                caught += s.hits
             timing = (f"{statistics.median(s.delays):>6.2f} {percentile(s.delays, 95):>6.2f} {max(s.delays):>6.2f}"
                       if s.delays else f"{'-':>6} {'-':>6} {'-':>6}")
             print(f"  {rule if system == 'isrwatch' else '':<22} {len(incidents) if system == 'isrwatch' else '':>9}  "
@@ -262,6 +274,36 @@ def report(tail: BronzeTail, receivers: dict[str, Receiver], measured_from: floa
               f"{statistics.median(theirs):.2f} s, p95 {percentile(theirs, 95):.2f} s; isrwatch/peer p50 "
               f"{statistics.median(mine) / statistics.median(theirs):.2f}x, p95 "
               f"{percentile(mine, 95) / percentile(theirs, 95):.2f}x")
+    return caught
+
+
+def where_the_time_goes(caught: list[Caught], receiver: Receiver, lake: str,
+                        wall_minus_monotonic: float) -> None:
+    """isrwatch's delay per caught incident, in three legs: the commit visible to the tail -> the transition handed to
+    the webhook lanes (gold.alert_events.evaluated_at) -> its intent journaled (gold.deliveries' `sending` row,
+    written just before the POST) -> the POST arrived."""
+    request_of = {id(a): r for r in receiver.requests for a in r["json"]["alerts"]}
+    evaluated = {r["event_id"]: r["evaluated_at"].timestamp()
+                 for r in read_rows(ALERT_EVENTS, lake, ["event_id", "evaluated_at"]).to_pylist()}
+    intended = {(r["delivery_id"], r["attempt"]): r["attempted_at"].timestamp()
+                for r in read_rows(DELIVERIES, lake, ["delivery_id", "attempt", "outcome", "attempted_at"]).to_pylist()
+                if r["outcome"] == DeliveryOutcome.SENDING}
+    legs: dict[str, list[float]] = {"commit visible -> handed over": [], "handed over -> intent journaled": [],
+                                    "intent journaled -> POST arrived": []}
+    for incident, alert in caught:
+        request = request_of[id(alert)]
+        ident = request["json"][DELIVERY_ID_FIELD]
+        handed = evaluated.get(ident.rsplit("@", 1)[0])
+        journaled = intended.get((ident, int(request["headers"][ATTEMPT_HEADER])))
+        if handed is None or journaled is None:
+            continue
+        arrived = request["arrived"] + wall_minus_monotonic
+        legs["commit visible -> handed over"].append(handed - (incident.began + wall_minus_monotonic))
+        legs["handed over -> intent journaled"].append(journaled - handed)
+        legs["intent journaled -> POST arrived"].append(arrived - journaled)
+    print(f"\n  isrwatch's delay in legs, ms (p50 / p95 over {len(legs['commit visible -> handed over'])} incidents): "
+          + ", ".join(f"{leg} {percentile(v, 50) * 1000:.0f} / {percentile(v, 95) * 1000:.0f}"
+                      for leg, v in legs.items()))
 
 
 REST = "the rest (the emulator runs; this process: the tail, the exporter, the receiver)"
@@ -316,7 +358,8 @@ def main() -> None:
             wall = time.monotonic() - measured_from
         print(f"\nbronze commit -> webhook POST, {args.runs} live run(s) of {SCENARIO.name} pooled, 2 cores shared "
               f"by the emulator, isrwatch (validate + alerts), Prometheus, Alertmanager and this process")
-        report(tail, receivers, measured_from)
+        caught = report(tail, receivers, measured_from)
+        where_the_time_goes(caught, receivers["isrwatch"], lake, time.time() - time.monotonic())
         breakdown(read_progress(work / "progress.jsonl"), measured_wall)
         # the rest's tree holds the other two: what is left is its own
         cpu[REST] -= sum(v for side, v in cpu.items() if side != REST)
