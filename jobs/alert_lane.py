@@ -32,7 +32,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -137,12 +136,11 @@ class LaneBatches:
         if self.stage.applied(batch_id):
             return None  # a replay after a crash: the state loaded at start includes it
         began = time.monotonic()
-        frames = [r.valid.select(["run_id", "ts", *SOURCE_COLUMNS[r.table]]).to_pandas().assign(_source=r.table)
-                  for r in routed if r.table in self.rule_tables and r.valid is not None and r.valid.num_rows]
-        if not frames:
-            return HandedOver(batch_id, [], 0, began)
-        rows = pd.concat(frames, ignore_index=True)
-        return HandedOver(batch_id, self.stage.hand_over(batch_id, self.stage.step_rows(rows)), len(rows), began)
+        tables = {r.table: r.valid.select(["run_id", "ts", *SOURCE_COLUMNS[r.table]]).to_pandas()
+                  for r in routed if r.table in self.rule_tables and r.valid is not None and r.valid.num_rows}
+        rows = sum(len(t) for t in tables.values())
+        return HandedOver(batch_id, self.stage.hand_over(batch_id, self.stage.step_tables(tables)) if rows else [],
+                          rows, began)
 
     def _before_write(self, batch_id: int) -> None:
         """Kill point alert_lane:<batch>:before_record: the process dies with the batch

@@ -40,7 +40,7 @@ from jobs.per_cluster import route, step_per_cluster
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_per_cluster import evaluate_cluster, gather, state_bytes
 from pipelines.alert_rules import AlertConfig
-from pipelines.alert_signals import SOURCES, shape_union
+from pipelines.alert_signals import SOURCES, shape_tables, shape_union
 from pipelines.alert_state import EngineState, Transition
 from pipelines.webhook_delivery import WebhookDispatcher, intents_directory
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
@@ -209,9 +209,9 @@ class AlertStage:
                        self._on_executors)
         return routed.result, routed.rows, routed.on_executors
 
-    def step_rows(self, rows: pd.DataFrame) -> list[Transition]:
-        """A micro-batch already on the driver (`_source`-tagged rows, as `step_batch` collects them)."""
-        return self.engine.step(shape_union(rows))
+    def step_tables(self, tables: dict[str, pd.DataFrame]) -> list[Transition]:
+        """A micro-batch already on the driver, one frame per table."""
+        return self.engine.step(shape_tables(tables))
 
     def publish(self, batch_id: int, transitions: list[Transition], rows_in: int, began: float,
                 on_executors: bool = False) -> list[dict[str, Any]]:

@@ -161,6 +161,10 @@ class AlertEngine:
             points = np.unique(candidates[due & (candidates <= upto)])
             if not len(points):
                 continue
+            if key not in self.state.alerts and not len(fresh) and len(points) == 1 and points[0] == upto:
+                # Only the clock moved: the sums are those of the last evaluation, whose condition did not hold (no
+                # alert), so nothing can change. Most keys of a long window are like this on most batches.
+                continue
             cols = sorted({c for _, v in samples for c in v})
             # Prefix sums: each point's window total is a difference of two of them (O(n log n), not O(n^2)).
             cum = np.vstack([np.zeros(len(cols)), np.cumsum([[v.get(c, 0.0) for c in cols] for _, v in samples],
