@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
@@ -130,7 +131,8 @@ def await_query(query: StreamingQuery, stop: Callable[[], None] | None = None,
                 beside: Callable[[], StreamingQuery | None] = lambda: None) -> bool:
     """Wait for `query` to end, for the query `beside` it to end (validate's alert lane), or for a stop signal
     (jobs/driver_signals.py), then stop it between micro-batches (`stop`, default `stop_between_batches`); True
-    when stopped by a signal."""
+    when stopped by a signal. A query that fails returns False as one that finishes: its `exception()` says which
+    (awaitTermination raises it, which would skip the caller's restart of a failed alert lane)."""
     try:
         while not query.awaitTermination(1):
             other = beside()
@@ -142,6 +144,8 @@ def await_query(query: StreamingQuery, stop: Callable[[], None] | None = None,
     except KeyboardInterrupt:  # a second signal: at once
         query.stop()
         return True
+    except StreamingQueryException:
+        return False
     return False
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from pyspark.errors import StreamingQueryException
 
 from jobs import query_restarts
 from jobs.query_restarts import await_validation
@@ -14,7 +15,8 @@ from jobs.query_restarts import await_validation
 
 @dataclass
 class StandInQuery:
-    """Ends after `polls` awaitTermination(…) calls, with `error` (None: finished)."""
+    """Ends after `polls` awaitTermination(…) calls, with `error` (None: finished). As Spark's, awaitTermination on
+    a query that failed raises its error."""
 
     polls: int
     error: Exception | None = None
@@ -27,6 +29,8 @@ class StandInQuery:
     def awaitTermination(self, timeout: float | None = None) -> bool:
         if self.isActive:
             self.polls -= 1
+        if not self.isActive and self.exception() is not None:
+            raise StreamingQueryException(message=str(self.error))
         return not self.isActive
 
     def exception(self) -> Exception | None:
