@@ -4,7 +4,7 @@ PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
-LOCAL_FS_JAR := jvm/local-fs/isrwatch-local-fs.jar
+LOCAL_MASTER_JAR := jvm/local-master/isrwatch-local-master.jar
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
@@ -21,7 +21,7 @@ $(STAMPS)/venv: pyproject.toml
 	@$(PY) -m pip install -qq -e '.[dev]'
 	@touch $@
 
-jars: $(STAMPS)/jars $(LOCAL_FS_JAR)
+jars: $(STAMPS)/jars $(LOCAL_MASTER_JAR)
 $(STAMPS)/jars: jvm/pom.xml
 	@mkdir -p $(STAMPS)
 	@echo "fetching the Delta Lake jars with Maven into jvm/jars (first run only)"
@@ -29,14 +29,17 @@ $(STAMPS)/jars: jvm/pom.xml
 	@mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=jars -DincludeGroupIds=io.delta
 	@touch $@
 
-# Hadoop's local file system setting permissions without forking `chmod` (jvm/local-fs): compiled against the Hadoop
-# API that pyspark ships, so nothing is downloaded for it.
-$(LOCAL_FS_JAR): jvm/local-fs/src/isrwatch/hadoop/NioLocalFileSystem.java $(STAMPS)/venv
-	@echo "compiling isrwatch's local file system for Hadoop into $@"
-	@rm -rf jvm/local-fs/classes && mkdir -p jvm/local-fs/classes
-	@javac --release 17 -nowarn -d jvm/local-fs/classes \
-		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" $<
-	@jar cf $@ -C jvm/local-fs/classes isrwatch
+# isrwatch's classes for a local master (jvm/local-master): Hadoop's local file system setting permissions without
+# forking `chmod`, and Spark's tasks behind the driver's threads. Compiled against the Hadoop and Spark APIs that pyspark
+# ships, so nothing is downloaded for them.
+LOCAL_MASTER_SOURCES := $(shell find jvm/local-master/src -name '*.java')
+$(LOCAL_MASTER_JAR): $(LOCAL_MASTER_SOURCES) $(STAMPS)/venv
+	@echo "compiling isrwatch's classes for a local master into $@"
+	@rm -rf jvm/local-master/classes && mkdir -p jvm/local-master/classes
+	@javac --release 17 -nowarn -d jvm/local-master/classes \
+		-cp "$$($(PY) -c 'import os, pyspark; print(os.path.join(os.path.dirname(pyspark.__file__), "jars"))')/*" \
+		$(LOCAL_MASTER_SOURCES)
+	@jar cf $@ -C jvm/local-master/classes isrwatch
 
 # A real Apache Kafka (broker, storage tool, log4j2) and the Prometheus JMX exporter agent for the collector's
 # tests (testing/kafka/), fetched like the Delta jars; only the targets that start a broker need them.

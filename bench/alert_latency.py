@@ -278,13 +278,19 @@ def report(tail: BronzeTail, receivers: dict[str, Receiver], measured_from: floa
 
 
 def where_the_time_goes(caught: list[Caught], receiver: Receiver, lake: str,
-                        wall_minus_monotonic: float) -> None:
+                        wall_minus_monotonic: float, progress: list[dict[str, Any]]) -> None:
     """isrwatch's delay per caught incident, in three legs: the commit visible to the tail -> the transition handed to
     the webhook lanes (gold.alert_events.evaluated_at) -> its intent journaled (gold.deliveries' `sending` row,
-    written just before the POST) -> the POST arrived."""
+    written just before the POST) -> the POST arrived. The first leg split at the start of the lane's batch that
+    evaluated it (its trigger, from the progress log): waiting for that batch, then the batch until the hand-over."""
     request_of = {id(a): r for r in receiver.requests for a in r["json"]["alerts"]}
-    evaluated = {r["event_id"]: r["evaluated_at"].timestamp()
-                 for r in read_rows(ALERT_EVENTS, lake, ["event_id", "evaluated_at"]).to_pylist()}
+    events = read_rows(ALERT_EVENTS, lake, ["event_id", "evaluated_at", "eval_batch_id"]).to_pylist()
+    evaluated = {r["event_id"]: r["evaluated_at"].timestamp() for r in events}
+    batch_of = {r["event_id"]: r["eval_batch_id"] for r in events}
+    triggered = {p["batchId"]: datetime.fromisoformat(p["timestamp"].replace("Z", "+00:00")).timestamp()
+                 for p in progress if p.get("name") == "alert_lane" and "timestamp" in p}
+    waited: list[float] = []
+    in_batch: list[float] = []
     intended = {(r["delivery_id"], r["attempt"]): r["attempted_at"].timestamp()
                 for r in read_rows(DELIVERIES, lake, ["delivery_id", "attempt", "outcome", "attempted_at"]).to_pylist()
                 if r["outcome"] == DeliveryOutcome.SENDING}
@@ -301,9 +307,17 @@ def where_the_time_goes(caught: list[Caught], receiver: Receiver, lake: str,
         legs["commit visible -> handed over"].append(handed - (incident.began + wall_minus_monotonic))
         legs["handed over -> intent journaled"].append(journaled - handed)
         legs["intent journaled -> POST arrived"].append(arrived - journaled)
+        started = triggered.get(batch_of[ident.rsplit("@", 1)[0]])
+        if started is not None:
+            waited.append(started - (incident.began + wall_minus_monotonic))
+            in_batch.append(handed - started)
     print(f"\n  isrwatch's delay in legs, ms (p50 / p95 over {len(legs['commit visible -> handed over'])} incidents): "
           + ", ".join(f"{leg} {percentile(v, 50) * 1000:.0f} / {percentile(v, 95) * 1000:.0f}"
                       for leg, v in legs.items()))
+    if waited:
+        print(f"  the first leg, ms (p50 / p95 over {len(waited)} incidents): commit visible -> its lane batch "
+              f"triggered {percentile(waited, 50) * 1000:.0f} / {percentile(waited, 95) * 1000:.0f}, triggered -> "
+              f"handed over {percentile(in_batch, 50) * 1000:.0f} / {percentile(in_batch, 95) * 1000:.0f}")
 
 
 REST = "the rest (the emulator runs; this process: the tail, the exporter, the receiver)"
@@ -359,8 +373,9 @@ def main() -> None:
         print(f"\nbronze commit -> webhook POST, {args.runs} live run(s) of {SCENARIO.name} pooled, 2 cores shared "
               f"by the emulator, isrwatch (validate + alerts), Prometheus, Alertmanager and this process")
         caught = report(tail, receivers, measured_from)
-        where_the_time_goes(caught, receivers["isrwatch"], lake, time.time() - time.monotonic())
-        breakdown(read_progress(work / "progress.jsonl"), measured_wall)
+        progress = read_progress(work / "progress.jsonl")
+        where_the_time_goes(caught, receivers["isrwatch"], lake, time.time() - time.monotonic(), progress)
+        breakdown(progress, measured_wall)
         # the rest's tree holds the other two: what is left is its own
         cpu[REST] -= sum(v for side, v in cpu.items() if side != REST)
         print(f"\n  CPU over the measured {wall:.0f} s (2 cores): " + "; ".join(

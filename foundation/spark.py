@@ -44,20 +44,28 @@ def delta_jars() -> list[str]:
     return jars
 
 
-LOCAL_FS_JAR = ROOT / "jvm" / "local-fs" / "isrwatch-local-fs.jar"
+LOCAL_MASTER_JAR = ROOT / "jvm" / "local-master" / "isrwatch-local-master.jar"
 LOCAL_FS_CLASS = "isrwatch.hadoop.NioLocalFileSystem"
+TASK_PRIORITY_PLUGIN = "isrwatch.spark.TasksBehindTheDriver"
 
 
-def local_fs_settings(master: str, on_store: bool) -> dict[str, str]:
-    """Hadoop's `file:` file system set to jvm/local-fs's, which sets permissions through java.nio instead of forking
-    `chmod` for every file it creates (Hadoop's native library, which would avoid that, is not in pyspark). A streaming
-    micro-batch's offset and commit log entries forked it four times: walCommit + commitOffsets took 27 ms on an idle
-    machine and ~60 ms in the alert latency bench, 5 ms idle this way. The class must be on the driver's class path
-    when the JVM starts (spark-submit itself reads the jars through it), so only a local master, whose executors are
-    that JVM, and only with the jar built (`make jars`); otherwise Hadoop's default."""
-    if on_store or not master.startswith("local") or not LOCAL_FS_JAR.exists():
+def local_master_settings(master: str, on_store: bool) -> dict[str, str]:
+    """jvm/local-master's classes, for a local master (whose executor is the driver's JVM) with the jar built
+    (`make jars`); otherwise Spark's and Hadoop's defaults. The classes must be on the driver's class path when the JVM
+    starts (spark-submit itself reads the jars through Hadoop's file system).
+
+    - Hadoop's `file:` file system, setting permissions through java.nio instead of forking `chmod` for every file it
+      creates (Hadoop's native library, which would avoid that, is not in pyspark): a streaming micro-batch's offset
+      and commit log entries forked it four times, walCommit + commitOffsets took 27 ms on an idle machine and ~60 ms
+      in the alert latency bench, 5 ms idle this way. Not for a lakehouse on an object store.
+    - Spark's tasks at a lower CPU priority than the driver's threads (`spark.plugins`): the alert lane's batches run
+      on the driver and wait for a core while a validate batch's tasks hold both (docs/benchmarks.md)."""
+    if not master.startswith("local") or not LOCAL_MASTER_JAR.exists():
         return {}
-    return {"spark.driver.extraClassPath": str(LOCAL_FS_JAR), "spark.hadoop.fs.file.impl": LOCAL_FS_CLASS}
+    settings = {"spark.driver.extraClassPath": str(LOCAL_MASTER_JAR), "spark.plugins": TASK_PRIORITY_PLUGIN}
+    if not on_store:
+        settings["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+    return settings
 
 
 def s3_jars() -> list[str]:
@@ -278,8 +286,9 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
             settings["spark.master"] = "local[*]"
         if SparkContext._gateway is None:  # no driver JVM yet: this process starts it
             if "spark.driver.extraClassPath" not in settings:  # the caller's class path stays as it is
-                settings.update(local_fs_settings(settings.get("spark.master") or os.environ.get("SPARK_MASTER", ""),
-                                                  on_store))
+                local = local_master_settings(settings.get("spark.master") or os.environ.get("SPARK_MASTER", ""),
+                                             on_store)
+                settings.update({k: v for k, v in local.items() if k not in settings})  # the caller's plugins win
             env = local_driver_env(settings)
             if not verbose:
                 settings = with_quiet_log4j(settings)

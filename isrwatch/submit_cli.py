@@ -144,7 +144,7 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
     added where the user did not set them (and S3A's, for a lakehouse on an object store, with the
     `credentials` file as extra properties: the secret is never on a command line)."""
     from foundation import object_store
-    from foundation.spark import delta_jars, local_fs_settings, s3_jars
+    from foundation.spark import delta_jars, local_master_settings, s3_jars
 
     pairs, conf, user_jars = _options(spark_args)
     store_jars: list[str] = []
@@ -156,8 +156,8 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
     named = {name for name, _ in pairs}
     master = dict(pairs).get("--master") or "local[*]"
     own_class_path = "--driver-class-path" in named or "spark.driver.extraClassPath" in conf
-    fast_fs = {} if own_class_path else local_fs_settings(master, on_store)
-    settings = {**DELTA_CONF, **store_conf, **fast_fs, "spark.pyspark.python": python,
+    local_master = {} if own_class_path else local_master_settings(master, on_store)
+    settings = {**DELTA_CONF, **store_conf, **local_master, "spark.pyspark.python": python,
                 "spark.pyspark.driver.python": python, **conf}
     cmd = [str(Path(python).parent / "spark-submit")]
     for name, value in pairs:

@@ -39,8 +39,9 @@ def test_a_local_checkpoint_goes_through_the_file_system_api_and_is_written_whol
 
 def test_local_files_are_created_through_the_nio_file_system_with_the_permissions_hadoop_asks(spark: Any,
                                                                                              tmp_path: Path) -> None:
-    """`file:` is jvm/local-fs's file system (java.nio sets the permissions Hadoop's own forks `chmod` for): every file
-    a checkpoint or a Delta write creates gets the mode Hadoop asks for, bit for bit; a sticky bit goes Hadoop's way."""
+    """`file:` is jvm/local-master's file system (java.nio sets the permissions Hadoop's own forks `chmod` for): every
+    file a checkpoint or a Delta write creates gets the mode Hadoop asks for, bit for bit; a sticky bit goes Hadoop's
+    way."""
     import os
     import stat
 

@@ -33,8 +33,8 @@ def test_delta_jars_settings_and_the_venvs_python_are_filled_in_and_the_users_op
     assert conf["spark.x"] == "1"
     assert "log4j2.properties" in cmd[cmd.index("--driver-java-options") + 1]
     assert cmd[-5:] == [str(ROOT / "jobs" / "alerts.py"), "--lakehouse", "/l", "--trigger", "available-now"]
-    # A cluster's executors do not have jvm/local-fs: Hadoop's own local file system stays.
-    assert "spark.hadoop.fs.file.impl" not in conf and "spark.driver.extraClassPath" not in conf
+    # A cluster's executors do not have jvm/local-master: Hadoop's own local file system and Spark's task priority stay.
+    assert not {"spark.hadoop.fs.file.impl", "spark.driver.extraClassPath", "spark.plugins"} & set(conf)
 
 
 def test_the_users_settings_win_and_the_master_defaults_to_local() -> None:
@@ -42,11 +42,13 @@ def test_the_users_settings_win_and_the_master_defaults_to_local() -> None:
                                             "--driver-java-options", "-Dx=1"], ["--verbose"], python=sys.executable)
     assert _conf(cmd)["spark.pyspark.python"] == "/other/python"
     assert cmd[cmd.index("--master") + 1] == "local[*]"
-    # Local: Hadoop's file system without a fork per created file (foundation/spark.py), unless a class path is given.
+    # Local: Hadoop's file system without a fork per created file and the tasks behind the driver (foundation/spark.py),
+    # unless a class path is given.
     assert _conf(cmd)["spark.hadoop.fs.file.impl"] == "isrwatch.hadoop.NioLocalFileSystem"
-    assert _conf(cmd)["spark.driver.extraClassPath"].endswith("jvm/local-fs/isrwatch-local-fs.jar")
+    assert _conf(cmd)["spark.plugins"] == "isrwatch.spark.TasksBehindTheDriver"
+    assert _conf(cmd)["spark.driver.extraClassPath"].endswith("jvm/local-master/isrwatch-local-master.jar")
     own = _conf(spark_submit_command("validate", ["--driver-class-path", "/x.jar"], [], python=sys.executable))
-    assert "spark.hadoop.fs.file.impl" not in own
+    assert not {"spark.hadoop.fs.file.impl", "spark.plugins"} & set(own)
     assert cmd.count("--driver-java-options") == 1 and cmd[cmd.index("--driver-java-options") + 1] == "-Dx=1"
 
 

@@ -1,0 +1,28 @@
+"""With a local master, Spark's tasks run behind the driver's threads (jvm/local-master, foundation/spark.py)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def _nice(task: Path) -> int:
+    """A thread's nice value: field 19 of /proc/<pid>/task/<tid>/stat (after the parenthesised name)."""
+    return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not Path("/proc/thread-self").exists(), reason="a thread's priority is set on Linux only")
+def test_every_task_thread_runs_at_a_lower_priority_than_the_drivers_threads(spark: Any) -> None:
+    assert spark.conf.get("spark.plugins") == "isrwatch.spark.TasksBehindTheDriver"
+    spark.range(0, 1000, numPartitions=4).selectExpr("sum(id)").collect()  # tasks on every task thread there is
+    jvm = Path("/proc") / str(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+    threads = {t: (t / "comm").read_text().strip() for t in (jvm / "task").iterdir()}
+    base = _nice(next(t for t, name in threads.items() if name == "java"))  # the JVM's main thread
+    tasks = [t for t, name in threads.items() if name.startswith("Executor task")]
+    assert tasks, sorted(threads.values())
+    assert {_nice(t) for t in tasks} == {min(base + 10, 19)}
+    assert base == os.getpriority(os.PRIO_PROCESS, 0)  # the driver's Python and the JVM's own threads stay as they were
