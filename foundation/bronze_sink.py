@@ -134,7 +134,7 @@ def _commit_pool() -> ThreadPoolExecutor:
     batch at a time per sink): a pool per sink would leave four idle threads behind each sink ever made."""
     with _POOL_LOCK:
         if not _POOL:
-            _POOL.append(ThreadPoolExecutor(max_workers=4, thread_name_prefix="isrwatch-bronze-sink"))
+            _POOL.append(ThreadPoolExecutor(max_workers=5, thread_name_prefix="isrwatch-bronze-sink"))
         return _POOL[0]
 
 
