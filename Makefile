@@ -148,7 +148,7 @@ test: venv jars kafka-jars s3-jars chromium $(PLOTLY_BUNDLE)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-logo --no-cache
-	$(PY) -m pytest -q $(PYTEST_DIST) --durations=15
+	$(PY) -m pytest -q $(PYTEST_DIST) --durations=40
 
 test-all: venv jars kafka-jars s3-jars chromium $(PLOTLY_BUNDLE)
 	$(PY) -m pytest -q $(PYTEST_DIST) -m "slow or not slow"
