@@ -25,10 +25,9 @@ from foundation.settings import load_settings
 from jobs.alert_lane import RunningLane
 from jobs.alerts import RunningAlerts, start_alerts
 from pipelines.alert_config import load_alert_config, split_by_layer
-from pipelines.alertmanager import verify
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.lane_runs import lane_to_the_end
-from tests.alerts.receiver import Receiver
+from tests.alerts.receiver import Receiver, signed_with
 from tests.kill_at import killed_at
 from tests.lakes import UNCLEAN
 
@@ -134,7 +133,7 @@ def test_rules_fire_on_their_scenarios_and_webhooks_receive_them(alerted: tuple[
     for fp in set(fingerprint.values()):
         assert [i for i in ids if fingerprint[i] == fp] == [f"{e['event_id']}@test" for e in routed
                                                               if e["fingerprint"] == fp]
-    assert all(verify(r["body"], SECRET, r["headers"]["X-Isrwatch-Signature"]) for r in got)
+    assert all(signed_with(r["body"], SECRET, r["headers"]["X-Isrwatch-Signature"]) for r in got)
     # gold.alerts: nothing about the cluster's state left firing for lose-two. Its SLO budget is still
     # burning (the 5-minute window outlasts the 60 s run) and its configuration is what it was.
     current = read_rows(ALERTS, lake).to_pylist()

@@ -4,8 +4,10 @@ order, a receiver down across a dispatcher restart, 5xx retried, 4xx recorded an
 
 from __future__ import annotations
 
+import io
 import random
 import socket
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,13 @@ import pyarrow as pa
 import pytest
 
 from foundation.delta_io import read_rows, write_once
+from isrwatch.webhook_receiver import WebhookPrinter
 from pipelines.alert_rules import AlertConfig, Receiver
-from pipelines.alertmanager import SIGNATURE_HEADER, verify
+from pipelines.alertmanager import SIGNATURE_HEADER
 from pipelines.webhook_delivery import WebhookDispatcher
 from schemas.gold import ALERT_EVENTS, DELIVERIES
 from tests.alerts.receiver import Receiver as HttpReceiver
+from tests.alerts.receiver import signed_with
 from tests.alerts.test_engine import CONFIG
 
 SECRET = "s3cret"
@@ -95,14 +99,40 @@ def deliveries(lake: str) -> list[dict[str, Any]]:
     return [d for d in records(lake) if d["outcome"] != "sending"]
 
 
+@pytest.mark.parametrize(("secret", "outcome", "http_status"),
+                         [(SECRET, "delivered", 200), ("another", "rejected", 401)])
+def test_isrwatch_webhook_receiver_verifies_the_dispatchers_signed_posts_over_http(
+        tmp_path: Path, secret: str, outcome: str, http_status: int) -> None:
+    """`isrwatch webhook-receiver --secret` (its HTTP handler, as it serves) fed by the dispatcher: with the receiver's
+    secret every transition is printed and delivered; with another, each is refused (401) and recorded rejected."""
+    out = io.StringIO()
+    printer = WebhookPrinter(0, secret, out)
+    threading.Thread(target=printer.serve, daemon=True).start()
+    try:
+        deliver(str(tmp_path), f"http://127.0.0.1:{printer.server.server_port}/", events(6))
+    finally:
+        printer.server.shutdown()
+        printer.server.server_close()
+    attempts = deliveries(str(tmp_path))
+    assert sorted(d["event_id"] for d in attempts) == [f"0-{i}" for i in range(6)]
+    assert {(d["outcome"], d["http_status"]) for d in attempts} == {(outcome, http_status)}
+    lines = out.getvalue().splitlines()
+    if outcome == "delivered":
+        assert printer.received == 6
+        assert sorted(line.split()[1] for line in lines) == ["FIRING"] * 3 + ["RESOLVED"] * 3
+    else:
+        assert printer.received == 0
+        assert lines == ["webhook  REJECTED: bad or missing X-Isrwatch-Signature"] * 6
+
+
 def test_payload_is_alertmanager_v4_signed_and_in_order(tmp_path: Path, receiver: HttpReceiver) -> None:
     lake = str(tmp_path)
     rows = events(6)
     deliver(lake, receiver.url, rows)   # recovery finds the six undelivered transitions
     got = receiver.delivered()
     assert [r["headers"]["X-Isrwatch-Delivery"] for r in got] == [f"0-{i}@hook" for i in range(6)]
-    assert all(verify(r["body"], SECRET, r["headers"][SIGNATURE_HEADER]) for r in got)
-    assert not verify(got[0]["body"] + b" ", SECRET, got[0]["headers"][SIGNATURE_HEADER])
+    assert all(signed_with(r["body"], SECRET, r["headers"][SIGNATURE_HEADER]) for r in got)
+    assert not signed_with(got[0]["body"] + b" ", SECRET, got[0]["headers"][SIGNATURE_HEADER])
     first, second = got[0]["json"], got[1]["json"]
     assert set(first) == {"version", "groupKey", "truncatedAlerts", "status", "receiver", "groupLabels",
                           "commonLabels", "commonAnnotations", "externalURL", "alerts", "isrwatchDeliveryId"}

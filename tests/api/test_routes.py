@@ -4,6 +4,7 @@ answers are checked against the Delta tables read directly with delta-rs."""
 from __future__ import annotations
 
 import gc
+import re
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -388,3 +389,25 @@ def test_a_cached_answer_still_needs_the_read_token(api_lake: str) -> None:
             assert c.get(url).status_code == 401
             assert c.get(url, headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert cache.url_hits == 2
+
+
+# POSTs that only read (the SQL in the body): open as the GETs are, unless `api.read_auth` is on.
+READING_POSTS = {("POST", "/api/v1/query")}
+
+
+@pytest.mark.parametrize("read_auth", [False, True])
+def test_every_route_that_is_not_a_read_needs_the_token(api_lake: str, read_auth: bool) -> None:
+    """A new route cannot ship open: every method but GET of every path the API serves (its OpenAPI schema; the API
+    hides no route from it) answers 401 without the token and with a wrong one, before its body is looked at; with
+    `read_auth` the reading POSTs too."""
+    app = create_app(api_settings(api_lake, read_auth=read_auth))
+    paths = app.openapi()["paths"]
+    not_get = {(method.upper(), path) for path, methods in paths.items() for method in methods if method != "get"}
+    assert {("POST", "/api/v1/silences"), ("DELETE", "/api/v1/silences/{silence_id}")} | READING_POSTS <= not_get
+    guarded = not_get if read_auth else not_get - READING_POSTS
+    with TestClient(app) as c:
+        for method, path in sorted(guarded):
+            url = re.sub(r"\{[^}]+\}", "00000000-0000-0000-0000-000000000000", path)
+            for headers in ({}, {"Authorization": "Bearer wrong"}):
+                r = c.request(method, url, json={}, headers=headers)
+                assert r.status_code == 401, (method, path, headers, r.text)
