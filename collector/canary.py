@@ -24,7 +24,7 @@ interval `take_interval` reports:
   against the fixture cluster: the log then holds them twice). Also: read back (confirmed),
   unverified (forgotten after the horizon without being read back: not a loss), produce latency (ack - send) and
   round-trip latency (read - send), p50/p99/max in ms.
-- how long the oldest record still waiting for its answer has waited at the interval's end (`unacked_for_ms`):
+- how long the oldest record still waiting for its answer has waited when the interval is taken (`unacked_for_ms`):
   a stalled ISR follower holds every acks=all write until Kafka drops it from the ISR or fences its broker, and
   this grows from the first second of the stall.
 
@@ -204,8 +204,10 @@ class Canary(ReadBack):
                 ledger = self._state.ledger(p)
                 c = self._counters[p]
                 in_flight = self._in_flight[p]
-                # (A wall clock stepped back must not make a wait negative.)
-                unacked_for_ms = max(now_ms - min(in_flight.values()), 0) if in_flight else 0
+                # The wait as of now, not of now_ms: the collector passes its interval's start, and a stalled
+                # broker's Metadata deadline alone would make the age a second old. (A wall clock stepped back
+                # must not make a wait negative.)
+                unacked_for_ms = max(max(now_ms, wall_ms()) - min(in_flight.values()), 0) if in_flight else 0
                 c.unverified += ledger.expire(cutoff_ms)
                 unplaced = self._unplaced[p]
                 for seq in [seq for seq, (acked_ms, _) in unplaced.items() if acked_ms < cutoff_ms]:

@@ -430,7 +430,7 @@ class PartitionInterval:
     produce_latency_ms: LatencySummary | None
     round_trip_latency_ms: LatencySummary | None
     records_acked_without_offset: int = 0   # of records_acked: watched only once read back (see Canary)
-    unacked_for_ms: int = 0   # how long the oldest record still in flight at the interval's end had waited
+    unacked_for_ms: int = 0   # how long the oldest record still in flight had waited when the interval was taken
 
 
 @dataclass(frozen=True)
