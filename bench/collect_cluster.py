@@ -13,6 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 
 from collector.cluster_view import METADATA_VERSION
@@ -91,6 +92,27 @@ class Probe:
             try:
                 return conn.request(MetadataRequest(topics=None if all_topics else [], allow_auto_topic_creation=False),
                                     MetadataResponse, METADATA_VERSION)
+            except BrokerUnavailable:
+                continue
+        return None
+
+    def topic_partitions(self, topics: list[str]) -> list[Any] | None:
+        """DescribeTopicPartitions' partitions of `topics` (each with its topic's name as `topic`) from the first broker
+        that answers every page, or None. Unlike Metadata v7 it carries each partition's eligible leader replicas."""
+        for _, conn in sorted(self.conns.items()):
+            out: list[Any] = []
+            cursor = None
+            try:
+                while True:
+                    answer = conn.request(DescribeTopicPartitionsRequest(
+                        topics=[DescribeTopicPartitionsRequest.TopicRequest(name=t) for t in topics],
+                        response_partition_limit=2000, cursor=cursor), DescribeTopicPartitionsResponse, 0)
+                    out += [(t.name, p) for t in answer.topics if t.error_code == 0 for p in t.partitions
+                            if p.error_code == 0]
+                    if answer.next_cursor is None:
+                        return out
+                    cursor = DescribeTopicPartitionsRequest.Cursor(topic_name=answer.next_cursor.topic_name,
+                                                                   partition_index=answer.next_cursor.partition_index)
             except BrokerUnavailable:
                 continue
         return None

@@ -1,8 +1,8 @@
 """bench/real_alerts.py's ground truth: the cluster as the bench itself sees it, never through isrwatch.
 
-- `ClusterHistory`: the bench's own Metadata request every 200 ms (broker by broker with a timeout, bench/
-  collect_cluster.py's Probe): the registered brokers and each partition's leader, ISR and replicas, kept as the
-  snapshots that differ from the one before, with their wall time;
+- `ClusterHistory`: the bench's own Metadata and DescribeTopicPartitions requests every 200 ms (broker by broker with
+  a timeout, bench/collect_cluster.py's Probe): the registered brokers and each partition's leader, ISR, eligible
+  leader replicas and replicas, kept as the snapshots that differ from the one before, with their wall time;
 - `expected_alerts`: what a correct monitor fires from those, rule by rule, with the moment the cluster showed it
   (the condition's start in the snapshots, or the fault's start for what only the fault itself tells).
 """
@@ -30,6 +30,7 @@ class PartitionView:
     leader: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
+    elr: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,16 +63,17 @@ class ClusterHistory:
     def _run(self) -> None:
         while not self._stop.is_set():
             began = time.monotonic()
-            meta = self.probe.metadata(True)
+            brokers = self.probe.brokers()
+            answer = self.probe.topic_partitions(sorted(self.topics)) if brokers is not None else None
             at = time.time()
             self.polls += 1
-            if meta is None:
+            if brokers is None or answer is None:
                 self.failed_polls += 1
             else:
-                parts = {(t.name, p.partition_index): PartitionView(p.leader_id, tuple(sorted(p.isr_nodes)),
-                                                                   tuple(p.replica_nodes))
-                         for t in meta.topics if t.name in self.topics and t.error_code == 0 for p in t.partitions}
-                snap = Snapshot(at, frozenset(b.node_id for b in meta.brokers), parts)
+                parts = {(topic, p.partition_index): PartitionView(
+                    p.leader_id, tuple(sorted(p.isr_nodes)), tuple(p.replica_nodes),
+                    tuple(sorted(p.eligible_leader_replicas or ()))) for topic, p in answer}
+                snap = Snapshot(at, frozenset(brokers), parts)
                 with self._lock:
                     last = self.snapshots[-1] if self.snapshots else None
                     if last is None or (last.brokers, last.partitions) != (snap.brokers, snap.partitions):
@@ -170,12 +172,13 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
                      if span[1] - span[0] >= 1.5)
     if offline:
         out.append(Expected("OfflinePartitions", (), offline[0][0], max(b for _, b in offline)))
-    # A leader from outside the ISR with no member of that ISR left in the new one (with one left, the leader joined
-    # between two polls: a clean election, as collector/observed_events.py reads it). The Metadata answer carries
-    # no ELR: an election from the ELR would count here too.
+    # A leader from outside the ISR and the eligible leader replicas, with no member of that ISR left in the new one
+    # (with one left, the leader joined between two polls: a clean election, as collector/observed_events.py reads
+    # it). A leader from the ELR is a clean election (KIP-966).
     unclean = [b.at for a, b in itertools.pairwise(snaps) for k, v in b.partitions.items()
                if k in a.partitions and v.leader >= 0 and v.leader != a.partitions[k].leader
-               and v.leader not in a.partitions[k].isr and not set(v.isr) & set(a.partitions[k].isr)]
+               and v.leader not in a.partitions[k].isr and v.leader not in a.partitions[k].elr
+               and not set(v.isr) & set(a.partitions[k].isr)]
     if unclean:
         out.append(Expected("UncleanLeaderElection", (), min(unclean), max(unclean) + 5))
     for fault in faults:

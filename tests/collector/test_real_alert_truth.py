@@ -80,3 +80,14 @@ def test_incidents_of_one_entity_closer_than_the_flap_quiet_are_one_and_apart_ar
     # The canary's writes wait 2 s into each stall: three stalls 13 s apart flap as one; the fourth, 53 s after the
     # third ended, is an incident of its own.
     assert [(e.shown, e.until) for e in rules["WritesStalled"]] == [(102.0, 147.0), (202.0, 207.0)]
+
+
+def test_a_leader_from_the_eligible_leader_replicas_is_a_clean_election_and_one_from_outside_is_not() -> None:
+    def telemetry(at: float, leader: int, isr: tuple[int, ...], elr: tuple[int, ...]) -> Snapshot:
+        return Snapshot(at, frozenset(ALL), {("telemetry", 0): PartitionView(leader, isr, ALL, elr)})
+
+    # Broker 1 leads with ISR [1] and broker 2 in the ELR (it left the ISR below min ISR); broker 1 dies.
+    from_elr = history_of(telemetry(90.0, 1, (1,), (2,)), telemetry(100.0, 2, (2,), ()))
+    assert "UncleanLeaderElection" not in expected(from_elr, [])
+    outside = history_of(telemetry(90.0, 1, (1,), (2,)), telemetry(100.0, 3, (3,), ()))
+    assert [(e.shown, e.until) for e in expected(outside, [])["UncleanLeaderElection"]] == [(100.0, 105.0)]
