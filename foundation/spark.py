@@ -45,8 +45,27 @@ def delta_jars() -> list[str]:
 
 
 LOCAL_MASTER_JAR = ROOT / "jvm" / "local-master" / "isrwatch-local-master.jar"
+# The classes a local driver loads from its class path, parsed and verified once (`make jars`, foundation/
+# class_archive.py) and mapped by every later JVM: a session starts and runs its first job in ~60 % of the time.
+CLASS_ARCHIVE = ROOT / "jvm" / "local-master" / "spark-classes.jsa"
 LOCAL_FS_CLASS = "isrwatch.hadoop.NioLocalFileSystem"
 TASK_PRIORITY_PLUGIN = "isrwatch.spark.TasksBehindTheDriver"
+JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
+
+
+def class_archive_options(archive: Path) -> str:
+    """The JVM options that map `archive`. The JDK checks it against the class path and the JVM's own build and,
+    where it does not match (a jar rebuilt since), starts without it: silently, with its `cds` logging off."""
+    return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def with_local_master_settings(settings: Mapping[str, str], local: Mapping[str, str]) -> dict[str, str]:
+    """`settings` with `local_master_settings` added where the caller did not set them; the caller's JVM options
+    come after ours (the later option wins)."""
+    merged = {**local, **settings}
+    if JAVA_OPTIONS in local and JAVA_OPTIONS in settings:
+        merged[JAVA_OPTIONS] = f"{local[JAVA_OPTIONS]} {settings[JAVA_OPTIONS]}"
+    return merged
 
 
 def local_master_settings(master: str, on_store: bool) -> dict[str, str]:
@@ -59,12 +78,15 @@ def local_master_settings(master: str, on_store: bool) -> dict[str, str]:
       and commit log entries forked it four times, walCommit + commitOffsets took 27 ms on an idle machine and ~60 ms
       in the alert latency bench, 5 ms idle this way. Not for a lakehouse on an object store.
     - Spark's tasks at a lower CPU priority than the driver's threads (`spark.plugins`): the alert lane's batches run
-      on the driver and wait for a core while a validate batch's tasks hold both (docs/benchmarks.md)."""
+      on the driver and wait for a core while a validate batch's tasks hold both (docs/benchmarks.md).
+    - The driver JVM maps `CLASS_ARCHIVE`, once built."""
     if not master.startswith("local") or not LOCAL_MASTER_JAR.exists():
         return {}
     settings = {"spark.driver.extraClassPath": str(LOCAL_MASTER_JAR), "spark.plugins": TASK_PRIORITY_PLUGIN}
     if not on_store:
         settings["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+    if CLASS_ARCHIVE.exists():
+        settings[JAVA_OPTIONS] = class_archive_options(CLASS_ARCHIVE)
     return settings
 
 
@@ -286,9 +308,8 @@ def build_spark_session(app_name: str, *, master: str | None = None, conf: dict[
             settings["spark.master"] = "local[*]"
         if SparkContext._gateway is None:  # no driver JVM yet: this process starts it
             if "spark.driver.extraClassPath" not in settings:  # the caller's class path stays as it is
-                local = local_master_settings(settings.get("spark.master") or os.environ.get("SPARK_MASTER", ""),
-                                             on_store)
-                settings.update({k: v for k, v in local.items() if k not in settings})  # the caller's plugins win
+                settings = with_local_master_settings(settings, local_master_settings(
+                    settings.get("spark.master") or os.environ.get("SPARK_MASTER", ""), on_store))
             env = local_driver_env(settings)
             if not verbose:
                 settings = with_quiet_log4j(settings)

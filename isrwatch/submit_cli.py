@@ -144,7 +144,7 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
     added where the user did not set them (and S3A's, for a lakehouse on an object store, with the
     `credentials` file as extra properties: the secret is never on a command line)."""
     from foundation import object_store
-    from foundation.spark import delta_jars, local_master_settings, s3_jars
+    from foundation.spark import delta_jars, local_master_settings, s3_jars, with_local_master_settings
 
     pairs, conf, user_jars = _options(spark_args)
     store_jars: list[str] = []
@@ -157,8 +157,8 @@ def spark_submit_command(job: str, spark_args: list[str], job_args: list[str], *
     master = dict(pairs).get("--master") or "local[*]"
     own_class_path = "--driver-class-path" in named or "spark.driver.extraClassPath" in conf
     local_master = {} if own_class_path else local_master_settings(master, on_store)
-    settings = {**DELTA_CONF, **store_conf, **local_master, "spark.pyspark.python": python,
-                "spark.pyspark.driver.python": python, **conf}
+    settings = with_local_master_settings({**DELTA_CONF, **store_conf, "spark.pyspark.python": python,
+                                           "spark.pyspark.driver.python": python, **conf}, local_master)
     cmd = [str(Path(python).parent / "spark-submit")]
     for name, value in pairs:
         cmd += [name] if value is None else [name, value]
