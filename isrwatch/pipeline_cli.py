@@ -199,7 +199,6 @@ def main_pipeline(args: argparse.Namespace) -> int:
         import_in_background()
     spark = build_spark_session("isrwatch-pipeline", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
-    driver_signals.install()   # SIGTERM as Ctrl-C: a stop between micro-batches (a second one: at once)
     listener = None
     if args.progress_log:
         from jobs.progress_log import ProgressLog
@@ -207,7 +206,8 @@ def main_pipeline(args: argparse.Namespace) -> int:
         listener = ProgressLog(args.progress_log)
         spark.streams.addListener(listener)
     try:
-        return _run(spark, settings, jobs, args, listener)
+        with driver_signals.installed():   # SIGTERM as Ctrl-C: a stop between micro-batches (a second one: at once)
+            return _run(spark, settings, jobs, args, listener)
     finally:
         if listener is not None:   # the session may outlive this call (tests share one)
             # Progress events reach listeners from Spark's listener bus, behind the queries: the last batches'

@@ -165,27 +165,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     spark = build_spark_session("isrwatch-alerts", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
-    driver_signals.install()
-    try:
-        running = start_alerts(spark, settings, config)
-    except (FileNotFoundError, AlertConfigError) as e:
-        log.error(f"alerts: {e}")
-        return 2
-    log.info(f"alerts: {len(running.evaluator.stage.config.rules)} rules, {len(config.receivers)} receiver(s), "
-             f"trigger {settings.alerts.trigger}")
-    if await_query(running.query, running.stop):
-        log.info("alerts: stopped; a restart resumes where this left off")
-        return 130
-    if running.dispatcher is not None:
-        running.dispatcher.wait_idle(30)
-        running.dispatcher.stop()
-    s = running.evaluator.stats
-    failed = running.query.exception() is not None
-    if failed:
-        log.error(f"alerts: FAILED: {running.query.exception()}")
-    log.error(f"alerts: {s.total_transitions} transitions, {s.firing} alerts firing; {s.executor_batches} of "
-              f"{s.batches} micro-batches evaluated on the executors, in {s.busy_ms / 1000:.1f} s")
-    return 1 if failed else 0
+    with driver_signals.installed():
+        try:
+            running = start_alerts(spark, settings, config)
+        except (FileNotFoundError, AlertConfigError) as e:
+            log.error(f"alerts: {e}")
+            return 2
+        log.info(f"alerts: {len(running.evaluator.stage.config.rules)} rules, {len(config.receivers)} receiver(s), "
+                 f"trigger {settings.alerts.trigger}")
+        if await_query(running.query, running.stop):
+            log.info("alerts: stopped; a restart resumes where this left off")
+            return 130
+        if running.dispatcher is not None:
+            running.dispatcher.wait_idle(30)
+            running.dispatcher.stop()
+        s = running.evaluator.stats
+        failed = running.query.exception() is not None
+        if failed:
+            log.error(f"alerts: FAILED: {running.query.exception()}")
+        log.error(f"alerts: {s.total_transitions} transitions, {s.firing} alerts firing; {s.executor_batches} of "
+                  f"{s.batches} micro-batches evaluated on the executors, in {s.busy_ms / 1000:.1f} s")
+        return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ lets the running micro-batch finish and stops the query (jobs/streaming.py `awai
 consistent and a restart resumes at the next batch. Raising KeyboardInterrupt instead would break the py4j call
 the main thread is in, and with it the connection a foreachBatch callback may be using; pyspark's own SIGINT
 handler would cancel every running Spark job. A second signal raises KeyboardInterrupt: stop at once.
-`install` replaces pyspark's handler, so call it after the session is built. Under `isrwatch submit` the driver
-is a child of spark-submit's JVM: it writes its process id where ISRWATCH_DRIVER_PIDFILE says, so the signal
-can reach it.
+`installed()` replaces pyspark's handler while it lasts (enter it after the session is built) and puts the
+handlers it replaced back at its end (a pipeline run inside a longer-lived process, a test's, leaves none behind).
+Under `isrwatch submit` the driver is a child of spark-submit's JVM: it writes its process id where
+ISRWATCH_DRIVER_PIDFILE says, so the signal can reach it.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 stop_requested = threading.Event()
@@ -27,10 +30,18 @@ def _request_stop(signum: int, _frame: FrameType | None) -> None:
     stop_requested.set()
 
 
-def install() -> None:
-    signal.signal(signal.SIGTERM, _request_stop)
-    signal.signal(signal.SIGINT, _request_stop)
+@contextmanager
+def installed() -> Iterator[None]:
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    for s in before:
+        signal.signal(s, _request_stop)
     pidfile = os.environ.get("ISRWATCH_DRIVER_PIDFILE")
     if pidfile:
         with open(pidfile, "w") as f:
             f.write(f"{os.getpid()}\n")
+    try:
+        yield
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+        stop_requested.clear()

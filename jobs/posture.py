@@ -29,6 +29,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from foundation import kill_points
 from foundation.delta_io import AppVersions, ensure_table, read_rows
 from foundation.logs import logger
 from foundation.settings import PipelineSettings, SettingsError
@@ -89,6 +90,7 @@ class PostureEvaluator:
         snapshot = self._snapshot(changed, batch_id)
         self.versions.write_once(POSTURE_HISTORY, lake, pa.Table.from_pandas(
             snapshot, schema=POSTURE_HISTORY.arrow_schema, preserve_index=False), batch_id)
+        kill_points.reached("posture", batch_id, "after_history")
         current = read_rows(POSTURE, lake).to_pandas()
         current = current[~current["cluster"].isin(list(changed))]
         merged = pd.concat([current, snapshot], ignore_index=True).sort_values(["cluster", "topic"])

@@ -104,14 +104,14 @@ def run_job(job: str, load: Callable[[], tuple[PipelineSettings, T]], errors: tu
         return 2
     spark = build_spark_session(f"isrwatch-{job}", conf=settings.spark, verbose=verbose,
                                 lakehouse=settings.lakehouse)
-    driver_signals.install()
-    try:
-        query, evaluator = start(spark, settings, extra)
-    except FileNotFoundError as e:
-        log.error(f"{job}: {e}")
-        return 2
-    began = time.monotonic()
-    return await_job(job, query, lambda: f"{evaluator.stats.describe()}; {time.monotonic() - began:.0f} s")
+    with driver_signals.installed():
+        try:
+            query, evaluator = start(spark, settings, extra)
+        except FileNotFoundError as e:
+            log.error(f"{job}: {e}")
+            return 2
+        began = time.monotonic()
+        return await_job(job, query, lambda: f"{evaluator.stats.describe()}; {time.monotonic() - began:.0f} s")
 
 
 def await_job(name: str, query: StreamingQuery, summary: Callable[[], str]) -> int:

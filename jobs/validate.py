@@ -391,27 +391,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     import_in_background()
     spark = build_spark_session("isrwatch-validate", conf=settings.spark, verbose=args.verbose,
                                 lakehouse=settings.lakehouse)
-    driver_signals.install()
-    try:
-        running = start_validation(spark, settings)
-    except (SchemaDriftError, FileNotFoundError, AlertConfigError) as e:
-        log.error(f"validate: {e}")
-        return 2
-    v = settings.validate_
-    names = ", ".join(td.name for td in running.validator.tables)
-    log.info(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}")
-    stopped, lane_failed = await_validation(running)
-    running.finish()
-    if stopped:
-        log.info("validate: stopped; checkpoints are consistent, a restart resumes")
-        return 130
-    failed = running.query.exception() is not None or lane_failed
-    if running.query.exception() is not None:
-        log.error(f"validate: failed: {running.query.exception()}")
-    for name, s in running.validator.table_stats.items():
-        log.error(f"validate: {name}: {s.total_in} rows in, {s.total_valid} to silver, "
-                  f"{s.total_quarantined} quarantined")
-    return 1 if failed else 0
+    with driver_signals.installed():
+        try:
+            running = start_validation(spark, settings)
+        except (SchemaDriftError, FileNotFoundError, AlertConfigError) as e:
+            log.error(f"validate: {e}")
+            return 2
+        v = settings.validate_
+        names = ", ".join(td.name for td in running.validator.tables)
+        log.info(f"validate: one query over {len(running.validator.tables)} tables ({names}), trigger {v.trigger}")
+        stopped, lane_failed = await_validation(running)
+        running.finish()
+        if stopped:
+            log.info("validate: stopped; checkpoints are consistent, a restart resumes")
+            return 130
+        failed = running.query.exception() is not None or lane_failed
+        if running.query.exception() is not None:
+            log.error(f"validate: failed: {running.query.exception()}")
+        for name, s in running.validator.table_stats.items():
+            log.error(f"validate: {name}: {s.total_in} rows in, {s.total_valid} to silver, "
+                      f"{s.total_quarantined} quarantined")
+        return 1 if failed else 0
 
 
 if __name__ == "__main__":

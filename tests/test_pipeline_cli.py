@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import io
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
     rules = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
     rules["receivers"] = [{"name": "r", "url": receiver.url, "backoff_initial": "50ms"}]
     (tmp_path / "alerts.yaml").write_text(yaml.safe_dump(rules))
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         code = main(["pipeline", "run", "--lakehouse", lake, "--trigger", "available-now", "--status-every", "600",
                      "--rules", str(tmp_path / "alerts.yaml"), "--progress-log", str(tmp_path / "progress.jsonl")])
@@ -46,6 +48,8 @@ def test_available_now_runs_the_four_jobs_in_stages_and_delivers(spark: Any, tmp
         receiver.stop()
     err = capsys.readouterr().err
     assert code == 0, err
+    # Its SIGTERM and SIGINT handlers lasted as long as the run: this process has its own back.
+    assert {s: signal.getsignal(s) for s in handlers} == handlers
     assert "isrwatch pipeline: 5 queries (validate, alert_lane, posture, slo, alerts)" in err and "done after" in err
     n_state = DeltaTable(SILVER_TABLES["partition_state"].path(lake)).to_pyarrow_table().num_rows
     assert n_state > 0

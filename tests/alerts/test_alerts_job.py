@@ -9,6 +9,7 @@ produces exactly the transitions of an uninterrupted run.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from jobs.alert_lane import RunningLane
 from jobs.alerts import RunningAlerts, start_alerts
 from pipelines.alert_config import load_alert_config, split_by_layer
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
+from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from tests.alerts.lane_runs import lane_to_the_end
 from tests.alerts.receiver import Receiver, signed_with
 from tests.kill_at import killed_at
@@ -190,50 +192,77 @@ def test_batches_over_driver_max_rows_are_evaluated_on_the_executors_with_the_sa
     assert {e["cluster"] for e in read_rows(ALERT_EVENTS, lake).to_pylist()} >= {"lose-two-s3", UNCLEAN}
 
 
-# A slow test (make test-all), as the SLO job's: in make test the kills at each write boundary of validate
-# prove the app-transaction recovery the gold jobs share (foundation's Delta writers); this one took 270 s of
-# the suite's 20 minutes.
-@pytest.mark.slow
-def test_killed_alerts_job_restarts_without_duplicate_or_lost_transitions(
+def _pipeline_config(tmp: Path) -> str:
+    """The shipped settings, available-now, one gold file per alerts micro-batch (as the `alerted` fixture's)."""
+    raw = yaml.safe_load((ROOT / "conf/pipeline.yaml").read_text())
+    raw["defaults"] = {**raw["defaults"], "trigger": "available-now", "wait_for_tables": "0 seconds"}
+    raw["alerts"] = {**raw["alerts"], "max_files_per_trigger": 1}
+    path = tmp / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path)
+
+
+def test_the_gold_jobs_sigkilled_at_each_write_boundary_repeat_and_lose_nothing(
         silver_lake: str, alerted: tuple[str, list[Any]], tmp_path: Path) -> None:
-    """Compared with the uninterrupted run of the `alerted` fixture (same rules, same batches): killed twice,
-    each run restarting from the checkpoint the killed one left, then run to the end."""
-    rules = rules_file(tmp_path, "http://127.0.0.1:9/unused")
-    reference = alerted[0]
-    gold_rules = {r.name for r in split_by_layer(load_alert_config(rules))[1].rules}
-    lake = copy_lake(silver_lake, tmp_path / "killed")
-    cmd = [sys.executable, str(ROOT / "jobs/alerts.py"), "--lakehouse", lake, "--rules", rules, "--trigger",
-           "available-now", "--max-files-per-trigger", "1", "--no-webhooks"]
+    """`isrwatch pipeline run --jobs posture,slo,alerts` over the silver tables, SIGKILLed at each of the three
+    jobs' kill points in turn (posture's history written, not its current table; slo's timeslices, not its status;
+    the alerts job's transitions handed to the receiver, then its events, then its state committed, each before
+    Spark's own commit), every run continuing from what the killed one left, then run to the end. Posture and SLO
+    tables equal those of the uninterrupted run that built the silver lake, the alert transitions, alerts and
+    engine state those of the `alerted` fixture's alerts job, and the receiver got every transition."""
+    receiver = Receiver().start()
+    try:
+        lake = str(tmp_path / "lake")
+        shutil.copytree(silver_lake, lake, ignore=shutil.ignore_patterns(
+            "posture", "posture_history", "slo_timeslices", "slo_status", "alert_events", "alerts",
+            "alerts_engine_state", "deliveries", "_checkpoints"))
+        cmd = [str(ROOT / "isrwatch/cli.py"), "pipeline", "run", "--jobs", "posture,slo,alerts", "--config",
+               _pipeline_config(tmp_path), "--lakehouse", lake, "--rules", rules_file(tmp_path, receiver.url)]
+        reference = alerted[0]
+        gold_rules = {r.name for r in split_by_layer(load_alert_config(rules_file(tmp_path, "http://unused")))[1].rules}
+        expected_events = [e for e in transitions(reference) if e["rule"] in gold_rules]
+        state_batch = min(e["eval_batch_id"] for e in expected_events if e["status"] == "firing")
 
-    def run_killed_at(point: str) -> None:
-        killed = subprocess.run([*killed_at(point), *cmd[1:]], cwd=ROOT, capture_output=True, text=True, timeout=600)
-        assert killed.returncode == -9, killed.stderr[-2000:]
+        def run(kill: str | None) -> None:
+            done = subprocess.run([*killed_at(kill), *cmd], cwd=ROOT, capture_output=True, text=True, timeout=600,
+                                  env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+            assert done.returncode == (-9 if kill else 0), (kill, done.stderr[-3000:])
 
-    # Killed after its transitions are committed but before its engine state and Spark's own commit.
-    run_killed_at("alerts:0:after_events")
-    assert {e["eval_batch_id"] for e in transitions(lake)} == {0}
-    # Killed after the engine state of the batch that left alerts firing is committed, before Spark's commit: the
-    # restart replays that batch (writing nothing). Over this lakehouse the alerts job has one batch (its gold
-    # sources' commits fit one), so that batch is killed at each of its boundaries in turn; going on from a loaded
-    # state into later batches is tests/alerts/test_alert_lane_killed.py's, for the same AlertStage.
-    expected_events = [e for e in transitions(reference) if e["rule"] in gold_rules]
-    state_batch = min(e["eval_batch_id"] for e in expected_events if e["status"] == "firing")
-    run_killed_at(f"alerts:{state_batch}:after_state")
-    assert {r["batch_id"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {state_batch}
-    assert max(e["eval_batch_id"] for e in transitions(lake)) <= state_batch
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+        run("posture:0:after_history")
+        assert not read_rows(POSTURE, lake).num_rows and read_rows(POSTURE_HISTORY, lake).num_rows
+        run("slo:0:after_timeslices")
+        assert read_rows(POSTURE, lake).num_rows and read_rows(SLO_TIMESLICES, lake).num_rows
+        assert not read_rows(SLO_STATUS, lake).num_rows
+        run("alerts:0:after_delivery")
+        assert not transitions(lake) and receiver.delivered(), "delivered, nothing of the batch recorded"
+        run("alerts:0:after_events")
+        assert {e["eval_batch_id"] for e in transitions(lake)} == {0}
+        run(f"alerts:{state_batch}:after_state")
+        assert {r["batch_id"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {state_batch}
+        run(None)
+    finally:
+        receiver.stop()
+
+    def rows(td: Any, at: str, ignore: tuple[str, ...] = ()) -> list[tuple[Any, ...]]:
+        return sorted(tuple((k, repr(v)) for k, v in sorted(r.items()) if k not in ignore)
+                      for r in read_rows(td, at).to_pylist())
+
+    for td in (POSTURE, POSTURE_HISTORY, SLO_TIMESLICES, SLO_STATUS):
+        got, want = rows(td, lake, ("slo_batch_id",)), rows(td, silver_lake, ("slo_batch_id",))
+        assert len(got) == len(want) > 0 and got == want, td.name
 
     def key(e: dict[str, Any]) -> tuple[Any, ...]:
         return (e["eval_batch_id"], e["seq"], e["rule"], e["fingerprint"], e["status"], e["ts"])
 
     expected, got = [key(e) for e in expected_events], [key(e) for e in transitions(lake)]
     assert len(expected) >= 10 and got == expected
-    # gold.alerts and the engine state: the uninterrupted run's alerts job's, row for row.
-    for td, ignore in ((ALERTS, ()), (ALERTS_STATE, ())):
-        want = sorted(sorted((k, repr(v)) for k, v in r.items() if k not in ignore)
+    for td in (ALERTS, ALERTS_STATE):
+        want = sorted(sorted((k, repr(v)) for k, v in r.items())
                       for r in read_rows(td, reference).to_pylist() if r.get("stage", r.get("engine")) == "gold")
-        have = sorted(sorted((k, repr(v)) for k, v in r.items() if k not in ignore)
-                      for r in read_rows(td, lake).to_pylist())
-        assert len(have) == len(want) > 0, td.name
-        assert have == want, td.name
+        have = sorted(sorted((k, repr(v)) for k, v in r.items()) for r in read_rows(td, lake).to_pylist())
+        assert len(have) == len(want) > 0 and have == want, td.name
+    # Every routed transition reached the receiver; the killed batch's again, under the same delivery ids.
+    routed = [e for e in transitions(lake) if e["status"] in ("firing", "resolved") and not e["inhibited"]
+              and e["severity"] in ("critical", "warning")]
+    ids = {r["headers"]["X-Isrwatch-Delivery"] for r in receiver.delivered()}
+    assert routed and ids == {f"{e['event_id']}@test" for e in routed}

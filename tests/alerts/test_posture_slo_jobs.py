@@ -1,15 +1,12 @@
 """jobs/posture.py and jobs/slo.py on real Spark + Delta, over the three clusters of conftest.py.
 
 Posture is checked against the clusters' known configuration; SLO windows against the same counts taken
-straight from silver with SQL; a SIGKILLed SLO job, restarted, must end with exactly the status rows of
-an uninterrupted run (no interval counted twice, none lost).
+straight from silver with SQL. Both jobs SIGKILLed and restarted: tests/alerts/test_alerts_job.py.
 """
 
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +18,6 @@ from foundation.settings import load_settings
 from jobs.slo import start_slo
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from schemas.silver import SILVER_TABLES
-from tests.kill_at import killed_at
 from tests.lakes import UNCLEAN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -110,30 +106,3 @@ def test_a_batch_over_driver_max_rows_is_evaluated_per_cluster_on_the_executors_
         got, expected = rows(td, lake), rows(td, silver_lake)
         assert len(got) > 100 and got == expected, td.name
     assert {c for c in frame(SLO_STATUS, lake)["cluster"]} == {"healthy-s3", "lose-two-s3", UNCLEAN}
-
-
-# A slow test (make test-all): the alerts job's kill-and-restart test in make test covers the gold jobs' shared
-# exactly-once path (app transactions on the gold commits).
-@pytest.mark.slow
-def test_killed_slo_job_restarts_without_double_counting(silver_lake: str, tmp_path: Path) -> None:
-    lake = str(tmp_path / "lake")
-    shutil.copytree(silver_lake, lake, ignore=shutil.ignore_patterns("slo_timeslices", "slo_status", "_checkpoints"))
-    cmd = [sys.executable, str(ROOT / "jobs/slo.py"), "--lakehouse", lake, "--trigger", "available-now",
-           "--max-files-per-trigger", "1"]
-    # Killed after batch 1's timeslices are committed but before its status (and Spark's own commit).
-    killed = subprocess.run([*killed_at("slo:1:after_timeslices"), *cmd[1:]], cwd=ROOT, capture_output=True,
-                            text=True, timeout=600)
-    assert killed.returncode == -9, killed.stderr[-2000:]
-    assert set(frame(SLO_TIMESLICES, lake)["slo_batch_id"]) == {0, 1}
-    assert set(frame(SLO_STATUS, lake)["slo_batch_id"]) == {0}
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-
-    def rows(path: str) -> list[tuple[Any, ...]]:
-        s = frame(SLO_STATUS, path)
-        cols = ["cluster", "slo", "ts", "bad_window", "total_window", "burn_rate_5m", "page"]
-        return sorted(s[cols].itertuples(index=False, name=None))
-
-    # The reference run read everything in one batch; windows do not depend on how data was batched.
-    got, expected = rows(lake), rows(silver_lake)
-    assert len(got) == len(set(got)) and got == expected

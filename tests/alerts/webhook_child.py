@@ -11,6 +11,7 @@ import sys
 
 from foundation import kill_points
 from tests.alerts.test_webhook import dispatcher
+from tests.kill_at import armed_sigkill
 
 
 def main(argv: list[str]) -> int:
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("lakehouse")
     p.add_argument("url")
     p.add_argument("--flush-every", type=float, default=0.5, help="seconds between outcome flushes (0.5)")
-    p.add_argument("--kill-at", type=kill_points.KillPoint.parse, default=None,
+    p.add_argument("--kill-at", type=armed_sigkill, default=None,
                    help="SIGKILL at this kill point, e.g. webhook:2:after_post (once the 2nd POST is answered)")
     a = p.parse_args(argv)
     kill_points.arm(a.kill_at)

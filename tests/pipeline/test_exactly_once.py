@@ -12,8 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,10 +19,7 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
-from foundation import kill_points
-from foundation.settings import load_settings
 from foundation.spark import LOG4J2_CONFIG, delta_jars
-from jobs.validate import start_validation
 from schemas.bronze import BROKER_METRICS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
 from tests.kill_at import killed_at
@@ -135,62 +130,10 @@ def _kill_at(lake: Path, kill_at: str, *extra: str) -> str:
     return killed.stderr
 
 
-class WorkerDied(Exception):
-    pass
-
-
-class Killed(Exception):
-    pass
-
-
-@contextmanager
-def _validation_in_process(spark: Any, lake: Path, trigger: str, kill: kill_points.KillPoint) -> Iterator[Any]:
-    """validate over broker_metrics, a file per micro-batch, on the session's Spark (a JVM less than `_kill_at`),
-    with `kill` armed (its action raises in this process); stopped and disarmed on exit."""
-    settings = load_settings(overrides={"lakehouse": str(lake), "validate.tables": ["broker_metrics"],
-                                        "validate.trigger": trigger, "validate.max_files_per_trigger": 1,
-                                        "validate.wait_for_tables": "0 seconds", "alerts.webhooks": False})
-    kill_points.arm(kill)
-    try:
-        running = start_validation(spark, settings, log=lambda _: None)
-        try:
-            yield running
-        finally:
-            running.query.stop()
-            running.finish()
-    finally:
-        kill_points.arm(None)
-
-
-def _live_run_whose_great_expectations_worker_dies_at(spark: Any, lake: Path, batch: int) -> None:
-    def die() -> None:
-        raise WorkerDied(f"the worker died before checking batch {batch}")
-
-    with _validation_in_process(spark, lake, "live", kill_points.KillPoint("dq_behind", batch, "before_check",
-                                                                            die)) as running:
-        deadline = time.monotonic() + 300
-        while running.validator.stats.batch_id < batch and time.monotonic() < deadline:
-            assert running.query.exception() is None, running.query.exception()
-            time.sleep(0.1)
-        assert running.validator.behind is not None and running.validator.behind.wait_idle(120)
-
-
-def _killed_in_process_at(spark: Any, lake: Path, table: str, batch: int, point: str) -> None:
-    """An available-now run, as `_kill_at`'s, whose micro-batch fails at the kill point: Spark's checkpoint lacks
-    the batch, and what it committed before the point stays, as after a crash."""
-    def die() -> None:
-        raise Killed(f"killed at {table}:{batch}:{point}")
-
-    with (_validation_in_process(spark, lake, "available-now", kill_points.KillPoint(table, batch, point, die))
-          as running,
-          pytest.raises(Exception, match=f"killed at {table}:{batch}:{point}")):
-        running.query.awaitTermination()
-
-
-def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path, spark: Any) -> None:
-    """Killed at two write boundaries in turn (SIGKILL, then a failure in this process), and a live run's Great
-    Expectations worker dies; each run restarting from the checkpoint the one before left, then run to the end.
-    The boundary after the dq record is the slow test below."""
+def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path, tmp_path: Path) -> None:
+    """SIGKILLed at each of validate's write boundaries in turn, and in a live run whose Great Expectations worker
+    had not checked a batch yet, each run restarting from the checkpoint the one before left, then run to the end:
+    every bronze row once in silver or quarantine, one dq record per batch."""
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_with_bad_rows, lake)
     # Batch 1's silver committed; its quarantine, dq record and Spark's commit not: the replay skips silver.
@@ -198,32 +141,23 @@ def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path,
     err = _kill_at(lake, "broker_metrics:1:after_silver", "--verbose")
     assert "Using Spark's default log4j profile" in err and "validate: one query over 1 tables" in err, err[-3000:]
     assert [d["validate_batch_id"] for d in _table(DQ_RUNS, lake)] == [0]
+    # Batch 1 finished by the replay, batch 2 all written, Spark's commit of batch 2 not: its replay writes nothing.
+    _kill_at(lake, "broker_metrics:2:after_dq")
+    assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
     # Batch 3's silver row and its two quarantined rows committed, its dq record not: the replay skips both.
-    _killed_in_process_at(spark, lake, "broker_metrics", 3, "after_quarantine")
+    _kill_at(lake, "broker_metrics:3:after_quarantine")
     assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
     assert len(_table(QUARANTINE_TABLES["broker_metrics"], lake)) == 2
-    # Live: a batch hands Great Expectations and its dq record to a worker (jobs/dq_behind.py) and ends. The worker
-    # dies before it checks batch 3, which Spark has committed (in this process, on the session's Spark: a JVM
-    # less than a SIGKILLed run): the restart checks what that run left in the spool, so every batch still has
-    # exactly one dq record.
-    _live_run_whose_great_expectations_worker_dies_at(spark, lake, 3)
+    # Live: a batch hands Great Expectations and its dq record to a worker (jobs/dq_behind.py) and ends. The process
+    # dies before the worker checks batch 3, which Spark has committed: the restart checks what that run left in
+    # the spool, so every batch still has exactly one dq record.
+    _kill_at(lake, "dq_behind:3:before_check", "--trigger", "live")
     assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
     spool = lake / "_checkpoints" / "validate" / "union" / "dq_pending"
     assert [p.name for p in spool.iterdir()] == ["000000000003"]
     _restart_and_check(lake, invalid=2)
     assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2, 3]
     assert list(spool.iterdir()) == []
-
-
-# A slow test (make test-all): the kills above cover the replays that skip a written table in make test.
-@pytest.mark.slow
-def test_sigkill_after_the_dq_record_then_restart(bronze_with_bad_rows: Path, tmp_path: Path) -> None:
-    lake = tmp_path / "lakehouse"
-    shutil.copytree(bronze_with_bad_rows, lake)
-    # Batches 1 and 2 all written, batch 2 not committed by Spark: the replay of batch 2 writes nothing.
-    _kill_at(lake, "broker_metrics:2:after_dq")
-    assert sorted(d["validate_batch_id"] for d in _table(DQ_RUNS, lake)) == [0, 1, 2]
-    _restart_and_check(lake, invalid=2)
 
 
 # A slow test (make test-all): the kills at each write boundary above cover the same recovery in make test.
