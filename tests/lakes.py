@@ -49,15 +49,14 @@ def lose_two_bronze(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path
     return lake
 
 
-def build_silver_lake(tmp_path_factory: pytest.TempPathFactory, spark: Any) -> str:
-    lake = str(tmp_path_factory.mktemp("alerts") / "lakehouse")
+def build_silver_lake(path: Path, spark: Any) -> None:
+    lake = str(path)
     for raw, run_id in ((HEALTHY, "healthy-s3"), (LOSE_TWO, "lose-two-s3")):
         emulate_into(lake, raw, run_id)
     emulate_into(lake, load_scenario(ROOT / "conf/scenarios/unclean-election-loses-d-and-e.yaml"), UNCLEAN)
     # A few files per silver table, so a job reading one file per trigger sees several micro-batches.
     validate(spark, lake, TABLES, **{"validate.max_files_per_trigger": 4})
     run_gold_jobs(spark, lake)
-    return lake
 
 
 def run_gold_jobs(spark: Any, lake: str) -> None:

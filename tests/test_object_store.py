@@ -290,6 +290,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
 
 
 @pytest.mark.spark
+@pytest.mark.cluster
 def test_the_jobs_submitted_to_a_standalone_cluster_over_the_store_equal_a_local_run(cluster_runs: ClusterRuns
                                                                                        ) -> None:
     """docs/cluster.md end to end: a standalone master and a worker (Spark's own classes), `isrwatch submit

@@ -54,8 +54,13 @@ def test_records_are_written_in_batch_order_and_at_most_depth_wait() -> None:
         recorder.submit(record(b))
     fourth = threading.Thread(target=recorder.submit, args=(record(4),))
     fourth.start()
-    time.sleep(0.2)
-    assert fourth.is_alive()  # a batch finding `depth` records waiting waits for a slot
+    # A batch finding `depth` records waiting waits for a slot: the fourth is the queue's one waiter for a free slot
+    # (its condition's waiters: no sleep, no guess at how long the thread takes to get there).
+    slot = recorder.waiting.not_full
+    deadline = time.monotonic() + 10
+    while not slot._waiters and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.005)
+    assert len(slot._waiters) == 1 and fourth.is_alive() and recorder.waiting.full()  # type: ignore[attr-defined]
     stage.gate.set()
     fourth.join(10)
     recorder.flush()

@@ -36,7 +36,8 @@ PLOTS_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot, .isrw
        points: (el._fullData || []).filter(t => t.visible !== false).reduce((n, t) =>
            n + ((t.x && t.x.length) || (t.z && t.z.length) || 0), 0)})"""
 
-pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make test installs it)")
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="needs Debian's chromium (make test installs it)")]
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,6 @@ TOKEN = "sandbox-token-0123456789"
 RUNAWAY = "SELECT count(*) FROM generate_series(1, 10000000000) a"
 DEEP = "SELECT " + " + ".join(["1"] * 20_000)          # 80 kB; overflowed the server's stack before workers
 START_S = 60.0           # bound on the server's start-up (imports, dashboards warm-up) on a busy machine
-QUICK_S = 3.0            # bound on a query that needs at most a fresh worker
 
 
 @dataclass
@@ -163,10 +162,8 @@ def guarded(small_lake: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield server
 
 
-def timed(client: httpx.Client, sql: str) -> tuple[httpx.Response, float]:
-    began = time.monotonic()
-    response = client.post("/api/v1/query", json={"sql": sql})
-    return response, time.monotonic() - began
+def query(client: httpx.Client, sql: str) -> httpx.Response:
+    return client.post("/api/v1/query", json={"sql": sql})
 
 
 def answered_at(client: httpx.Client, sql: str, sent: threading.Event) -> tuple[httpx.Response, float]:
@@ -181,12 +178,11 @@ def answered_at(client: httpx.Client, sql: str, sent: threading.Event) -> tuple[
 
 def test_a_20000_term_query_is_refused_and_the_server_lives(sandbox: Server) -> None:
     with sandbox.client() as c:
-        r, elapsed = timed(c, DEEP)
+        r = query(c, DEEP)
         assert r.status_code == 413, r.text
         assert r.json() == {"detail": "rejected: query is 80004 bytes, more than api.query_max_bytes (65536)"}
-        assert elapsed < QUICK_S
         assert c.get("/healthz").json() == {"status": "ok"}
-        after, _ = timed(c, "SELECT 1 + 1 AS two")
+        after = query(c, "SELECT 1 + 1 AS two")
     assert after.status_code == 200, after.text
     assert (after.json()["columns"], after.json()["rows"]) == (["two"], [[2]])
     assert sandbox.process.poll() is None
@@ -194,8 +190,8 @@ def test_a_20000_term_query_is_refused_and_the_server_lives(sandbox: Server) -> 
 
 def test_nesting_and_operator_limits_name_the_limit(sandbox: Server) -> None:
     with sandbox.client() as c:
-        operators, _ = timed(c, "SELECT " + " + ".join(["1"] * 2_000))
-        nested, _ = timed(c, "SELECT " + "(" * 40 + "1" + ")" * 40)
+        operators = query(c, "SELECT " + " + ".join(["1"] * 2_000))
+        nested = query(c, "SELECT " + "(" * 40 + "1" + ")" * 40)
     assert (operators.status_code, operators.json()) == (
         400, {"detail": "rejected: query has more than 500 operators (api.query_max_operators)"})
     assert (nested.status_code, nested.json()) == (
@@ -207,7 +203,6 @@ def test_runaway_queries_are_killed_and_their_workers_replaced(sandbox: Server) 
     assert len(before) == 3      # two workers and a spare
     with (sandbox.client("127.0.0.1") as a, sandbox.client("127.0.0.2") as b, sandbox.client("127.0.0.3") as c,
           ThreadPoolExecutor(2) as pool):
-        began = time.monotonic()
         sent = [threading.Event(), threading.Event()]
         runaways = [pool.submit(answered_at, client, RUNAWAY, event)
                     for client, event in zip((a, b), sent, strict=True)]
@@ -218,18 +213,15 @@ def test_runaway_queries_are_killed_and_their_workers_replaced(sandbox: Server) 
         assert (busy.status_code, busy.json()) == (
             503, {"detail": "all SQL workers busy (2, api.query_workers); none was free within 1 s"})
         # ... and a query over a limit is answered at once: the limits involve no worker.
-        too_big, too_big_s = timed(c, DEEP)
+        too_big = query(c, DEEP)   # (a query needing a worker would get the 503 above)
         assert too_big.status_code == 413 and "api.query_max_bytes" in too_big.json()["detail"]
-        assert too_big_s < QUICK_S     # a query needing a worker would wait 1 s, then get 503
         answers = [f.result() for f in runaways]
         # Right after: answered in a query's normal time (a new worker at most), not after the runaways' end.
-        after, after_s = timed(c, "SELECT 40 + 2 AS n")
-    for r, answered in answers:
+        after = query(c, "SELECT 40 + 2 AS n")
+    for r, _ in answers:
         assert (r.status_code, r.json()) == (408, {"detail": "query ran longer than 3 s"})
-        assert answered - began < 10
     assert after.status_code == 200, after.text
     assert after.json()["rows"] == [[42]]
-    assert after_s < QUICK_S
     after_pids = sandbox.worker_pids()
     assert len(after_pids) == 3 and len(before - after_pids) == 2, (before, after_pids)   # the spare stepped in
 
@@ -249,25 +241,25 @@ def test_one_client_runs_one_query_at_a_time(sandbox: Server) -> None:
         assert (refused.status_code, refused.json()) == (
             429, {"detail": "this client already runs 1 query (api.query_max_per_client); wait for it to end"})
         assert refused.headers["retry-after"] == "1"
-        other_sent = time.monotonic()
-        other, _ = timed(b, "SELECT 1 AS one")
+        other = query(b, "SELECT 1 AS one")
+        other_answered = time.monotonic()
         assert (other.status_code, other.json()["rows"]) == (200, [[1]])
         first, first_answered = runaway.result()
         assert first.status_code == 408
-        # The other client asked while the first query still ran (it may have waited for a worker to start).
-        assert other_sent < first_answered - 0.5
-        again, _ = timed(a, "SELECT 1 AS one")
+        # The other client was answered while the first query still ran.
+        assert other_answered < first_answered
+        again = query(a, "SELECT 1 AS one")
     assert (again.status_code, again.json()["rows"]) == (200, [[1]])
 
 
 def test_a_worker_that_crashes_or_is_killed_is_replaced(guarded: Server) -> None:
     with guarded.client(token=TOKEN) as c:
-        crashed, crashed_s = timed(c, DEEP)
+        crashed = query(c, DEEP)
         assert crashed.status_code == 503, crashed.text
         assert crashed.json()["detail"].startswith("SQL worker died running the query (SIGSEGV")
         assert crashed.json()["detail"].endswith("; a new one was started")
         assert c.get("/healthz").json() == {"status": "ok"}
-        after, _ = timed(c, "SELECT 1 + 1 AS two")
+        after = query(c, "SELECT 1 + 1 AS two")
         assert (after.status_code, after.json()["rows"]) == (200, [[2]])
         # Killed from outside while idle: the next query waits for a new worker instead of failing.
         killed = guarded.worker_pids()
@@ -276,12 +268,12 @@ def test_a_worker_that_crashes_or_is_killed_is_replaced(guarded: Server) -> None
             os.kill(pid, signal.SIGKILL)
         for pid in killed:
             _until(lambda pid=pid: _ended(pid), bool, 10, f"worker {pid} ended")
-        answers = [timed(c, "SELECT count(*) AS n FROM gold.alerts")[0] for _ in range(3)]
+        answers = [query(c, "SELECT count(*) AS n FROM gold.alerts") for _ in range(3)]
     assert [r.status_code for r in answers] == [200] * 3, [r.text for r in answers]
     assert [r.json()["rows"] for r in answers] == [[[5]]] * 3
     replaced = guarded.worker_pids()
     assert len(replaced) == 3 and not replaced & killed
-    assert crashed_s < 30 and guarded.process.poll() is None
+    assert guarded.process.poll() is None
 
 
 def test_query_and_silences_need_the_token_over_the_socket(guarded: Server) -> None:

@@ -36,6 +36,8 @@ from testing.kafka import KafkaCluster
 from tests.collector.kafka_logs import read_log
 from tests.collector.real_cluster import started
 
+pytestmark = pytest.mark.kafka
+
 # ---- against a real cluster --------------------------------------------------------------------------
 
 RATE = 20.0

@@ -37,6 +37,8 @@ from schemas.bronze import ACK_LEDGER
 from testing.kafka import KafkaCluster
 from tests.collector.real_cluster import Running, leaders_of, started, wait_for
 
+pytestmark = pytest.mark.kafka
+
 TOPIC = "canary-faults"
 PREFERRED = {0: 1, 1: 2, 2: 3}          # partition -> its preferred leader (the canary's rotated replicas)
 SESSION_TIMEOUT_MS = 6000

@@ -60,6 +60,8 @@ from isrwatch.cli import main
 sys.exit(main(sys.argv[2:]))
 """
 
+pytestmark = pytest.mark.kafka
+
 
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:

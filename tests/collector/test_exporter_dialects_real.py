@@ -31,6 +31,8 @@ from testing.kafka.cluster import CONTROLLER_ID
 from tests.collector.data.record_dialects import RULES, TOPIC, not_leader_errors
 from tests.collector.real_cluster import wait_for
 
+pytestmark = pytest.mark.kafka
+
 ROOT = Path(__file__).resolve().parents[2]
 NODES = (1, CONTROLLER_ID)
 PRODUCE_ERRORS = ["ErrorsPerSec:NOT_LEADER_OR_FOLLOWER", "ErrorsPerSec:NOT_ENOUGH_REPLICAS",

