@@ -93,8 +93,7 @@ def stalled_follower_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
         wait_for(lambda: len(running.steps) >= seen_at + 3, 30, "three intervals with broker 3 reporting")
         cluster.pause(3)
         paused_at, paused_wall = time.monotonic(), time.time()
-        # Long enough for Kafka to fence it and for the rules' `for`: counted in the collector's intervals
-        # (each waits on broker 3 at most its request timeout), not in seconds of a machine the suite shares.
+        # Counted in the collector's intervals, not in seconds of a machine the suite shares.
         first = len(running.steps)
         wait_for(lambda: sum(3 in s["not_answering"] for s in running.steps[first:]) >= PAUSED_INTERVALS, 300,
                  f"{PAUSED_INTERVALS} intervals with broker 3 paused")
@@ -159,9 +158,8 @@ def test_the_collector_writes_the_emulators_tables_and_the_pipeline_fires_under_
     assert len(by_leader) + len(by_controller) >= 1 and removed == {(3,)}, stalled_events
     metrics = of_run(BROKER_METRICS, lake, run_id)
     assert {1, 2, 3, 3000} == set(metrics["broker_id"])
-    # The leaders' IsrShrinksPerSec is read from each (a shrink counts only when the controller's answer reaches
-    # the leader before the metadata record does, Partition.submitAlterPartition: one run counted 0 of 6).
-    # Whatever it counted, it is a counter of brokers that never restarted: it never goes down.
+    # The leaders' IsrShrinksPerSec (it counts a shrink only when the controller's answer beats the metadata record,
+    # Partition.submitAlterPartition: one run counted 0 of 6) is a counter of brokers never restarted: never down.
     shrinks = metrics[metrics["name"] == "IsrShrinksPerSec"].sort_values("ts")
     assert {1, 2} <= set(shrinks["broker_id"])
     for broker in (1, 2):
