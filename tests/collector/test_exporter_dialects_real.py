@@ -52,16 +52,40 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
             producer.produce(TOPIC, f"record {i}".encode(), partition=i % 4)
         assert producer.flush(30) == 0
         not_leader_errors(kafka, 3)
-        with httpx.Client() as client:
-            def recognised() -> bool:
-                return all(parse_exposition(client.get(url, timeout=30).text).rules == ExporterRules(rules)
-                           for n in NODES for rules, url in kafka.nodes[n].exporter_urls.items())
-            wait_for(recognised, 120, "every standalone exporter reading its node")
+        every_exporter_reads_its_node(kafka)
         yield kafka
     finally:
         kafka.stop()
     assert kafka.running_processes() == [] and kafka.leftover_process_groups() == [], \
         "every JVM the fixture started (the standalone exporters too) is gone"
+
+
+def every_exporter_reads_its_node(cluster: KafkaCluster, answers: int = 30) -> None:
+    """Return once every standalone exporter's answer is read under its own rules. Counted in answers, not seconds
+    (each scrape of a node over remote JMX takes 0.5-4 s here idle, many times that on a loaded machine): fails when
+    an exporter has answered `answers` times and never so, with what each one last said."""
+    last: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    pending = {url: ExporterRules(rules) for n in NODES for rules, url in cluster.nodes[n].exporter_urls.items()}
+    with httpx.Client() as client:
+        while pending:
+            for url, rules in list(pending.items()):
+                counts[url] = counts.get(url, 0) + 1
+                try:
+                    answer = client.get(url, timeout=60)
+                except httpx.TransportError as e:
+                    last[url] = repr(e)
+                    continue
+                read = parse_exposition(answer.text)
+                if read.rules == rules:
+                    del pending[url]
+                    continue
+                errors = [line for line in answer.text.splitlines() if line.startswith("jmx_scrape_error")]
+                last[url] = (f"HTTP {answer.status_code}, {len(answer.text)} characters read as {read.rules.value}, "
+                             f"{errors}")
+            if any(counts[url] >= answers for url in pending):
+                raise AssertionError(f"standalone exporters not reading their node after {answers} answers each: "
+                                     + "; ".join(f"{url} ({pending[url].value}): {last[url]}" for url in pending))
 
 
 def urls_of(cluster: KafkaCluster, rules: str) -> dict[int | None, list[str]]:
@@ -77,7 +101,7 @@ def rescraped(collectors: Iterable[Collector]) -> None:
     before = [(c, c.scrapes.counts()) for c in collectors]
     def all_again() -> bool:
         return all(c.scrapes.counts()[url][0] > ended for c, counts in before for url, (ended, _) in counts.items())
-    wait_for(all_again, 60, "a new scrape of every metrics URL")
+    wait_for(all_again, 300, "a new scrape of every metrics URL")
 
 
 def metric_values(lake: str, batch_id: int) -> dict[tuple[int, str], tuple[str, float]]:
