@@ -45,6 +45,7 @@ from schemas.table import TableDef
 from testing.s3proxy import S3Proxy
 from testing.spark_standalone import StandaloneCluster, master_command, worker_command
 from tests.api.server import TOKEN, serve, stop
+from tests.driver_env import driver_env
 from tests.emulated import emulate_into
 from tests.lakes import LOSE_TWO
 from tests.pipeline.test_validate import validate
@@ -116,8 +117,7 @@ def test_the_emulator_writes_bronze_to_the_store_and_the_api_reader_and_isrwatch
     # `isrwatch sql` finds the tables through S3A (Spark lists the store) and queries them.
     done = subprocess.run([sys.executable, "-m", "isrwatch.cli", "sql", "--lakehouse", lake, "--format", "csv",
                            "SELECT count(*) AS n, count(DISTINCT broker_id) AS brokers FROM bronze.broker_metrics"],
-                          cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True,
-                          text=True, timeout=300)
+                          cwd=ROOT, env=driver_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     local_metrics = read_rows(BROKER_METRICS, local_lake)
     assert done.stdout.split() == ["n,brokers", f"{local_metrics.num_rows},{len(set(local_metrics['broker_id']))}"]

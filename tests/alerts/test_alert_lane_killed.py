@@ -10,10 +10,8 @@ at once; the receiver got every routed transition, a killed batch's again under 
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ from foundation.delta_io import read_rows
 from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from tests.alerts.receiver import Receiver, rules_file
 from tests.alerts.test_alert_lane import _engine_on_bronze
+from tests.driver_env import driver_env
 from tests.kill_at import killed_at
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +30,7 @@ KILLS = ((0, "after_delivery"), (1, "after_events"), (2, "after_state"), (3, "be
 def _validate(lake: str, rules: str, kill: str | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*killed_at(kill), str(ROOT / "jobs/validate.py"), "--lakehouse", lake, "--tables", "runs",
                            "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0",
-                           "--rules", rules], cwd=ROOT, env={**os.environ, "PYSPARK_PYTHON": sys.executable},
+                           "--rules", rules], cwd=ROOT, env=driver_env(),
                           capture_output=True, text=True, timeout=600)
 
 

@@ -9,10 +9,8 @@ produces exactly the transitions of an uninterrupted run.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +28,7 @@ from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE
 from schemas.gold_durability import POSTURE, POSTURE_HISTORY, SLO_STATUS, SLO_TIMESLICES
 from tests.alerts.lane_runs import lane_to_the_end
 from tests.alerts.receiver import Receiver, signed_with
+from tests.driver_env import driver_env
 from tests.kill_at import killed_at
 from tests.lakes import UNCLEAN
 
@@ -233,7 +232,7 @@ def test_the_gold_jobs_sigkilled_at_each_write_boundary_repeat_and_lose_nothing(
 
         def run(kill: str | None) -> None:
             done = subprocess.run([*killed_at(kill), *cmd], cwd=ROOT, capture_output=True, text=True, timeout=600,
-                                  env={**os.environ, "PYSPARK_PYTHON": sys.executable})
+                                  env=driver_env())
             assert done.returncode == (-9 if kill else 0), (kill, done.stderr[-3000:])
 
         run("posture:0:after_history")

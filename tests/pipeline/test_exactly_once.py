@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from foundation.spark import LOG4J2_CONFIG, delta_jars
 from schemas.bronze import BROKER_METRICS
 from schemas.silver import DQ_RUNS, QUARANTINE_TABLES, SILVER_TABLES
+from tests.driver_env import driver_env
 from tests.kill_at import killed_at
 from tests.pipeline.helpers import append, emulate, key_of, rows
 
@@ -49,10 +50,6 @@ def bronze_with_bad_rows(bronze_template: Path, tmp_path_factory: pytest.TempPat
                                        {**gauge, "ts": gauge["ts"] + 2 * ms, "kind": "histogram"},
                                        {**gauge, "ts": gauge["ts"] + 3 * ms}])
     return lake
-
-
-def _env(**extra: str) -> dict[str, str]:
-    return {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable, **extra}
 
 
 # These driver JVMs live a minute: C1 alone compiles what they run sooner than C1 and C2 (~15 % less time here).
@@ -84,7 +81,7 @@ def _table(td: Any, lake: Path) -> list[dict[str, Any]]:
 
 
 def _restart_and_check(lake: Path, invalid: int = 0) -> None:
-    restarted = subprocess.run(_validate_cmd(lake), env=_env(), cwd=ROOT, capture_output=True, text=True,
+    restarted = subprocess.run(_validate_cmd(lake), env=driver_env(), cwd=ROOT, capture_output=True, text=True,
                                timeout=600)
     assert restarted.returncode == 0, restarted.stderr[-3000:]
     _assert_quiet(restarted.stdout + restarted.stderr, "validate: broker_metrics: ")
@@ -124,7 +121,7 @@ def _assert_silver_is_bronze(lake: Path, invalid: int) -> None:
 
 
 def _kill_at(lake: Path, kill_at: str, *extra: str) -> str:
-    killed = subprocess.run([*killed_at(kill_at), *_validate_cmd(lake, *extra)[1:]], env=_env(), cwd=ROOT,
+    killed = subprocess.run([*killed_at(kill_at), *_validate_cmd(lake, *extra)[1:]], env=driver_env(), cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     return killed.stderr
@@ -165,7 +162,7 @@ def test_sigkill_at_each_write_boundary_then_restart(bronze_with_bad_rows: Path,
 def test_sigkill_from_outside_while_batches_run_then_restart(bronze_template: Path, tmp_path: Path) -> None:
     lake = tmp_path / "lakehouse"
     shutil.copytree(bronze_template, lake)
-    proc = subprocess.Popen(_validate_cmd(lake), env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(_validate_cmd(lake), env=driver_env(), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
@@ -228,7 +225,7 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
            "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
            str(JOB), "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "available-now",
            "--wait-for-tables", "0", "--no-webhooks"]
-    done = subprocess.run(cmd, env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd, env=driver_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     rest = len(rows(BROKER_METRICS, str(lake))) - before
     assert rest > 0
