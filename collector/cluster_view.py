@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -127,6 +127,7 @@ class ClusterReader:
         self._last_metadata: tuple[bytes, Any] | None = None   # (metadata_key, decoded) of the last full answer
         self._last_partitions: tuple[Any, dict[TopicPartition, Partition]] | None = None
         self._primary: int | None = None   # the broker whose Metadata answer gave the last view
+        self._unanswered: dict[int, Future[Any]] = {}   # node -> its last Metadata request, not answered
 
     def close(self) -> None:
         for conn in self.connections.values():
@@ -180,8 +181,7 @@ class ClusterReader:
         # (a broker's metadata lags the controller's by its own fetches: switching brokers can step back in
         # time), else the lowest id that answers, asked again for the topics.
         wanted = self._primary if self._primary in self.connections else nodes[0]
-        answers = dict(zip(nodes, self._pool.map(self._metadata, nodes, [n == wanted for n in nodes]),
-                           strict=True))
+        answers = self._metadata_answers(nodes, wanted)
         not_answering = {n: a for n, a in answers.items() if isinstance(a, str)}
         answered = [n for n in nodes if n not in not_answering]
         if not answered:
@@ -222,6 +222,26 @@ class ClusterReader:
         starts = {tp: self.log_start_offsets[tp] for tp in partitions if tp in self.log_start_offsets}
         return ClusterView(now_ms, self.cluster_id, brokers, not_answering, partitions, hws, leos, starts,
                            self.elr_enabled, steps)
+
+    def _metadata_answers(self, nodes: list[int], wanted: int) -> dict[int, Any]:
+        """Each node's Metadata answer, or why not. A node that did not answer the last interval does not hold this
+        one: it is asked beside the others and counts as answering if its answer is back once theirs are, or if the
+        request an earlier interval gave up on has been answered since; while that request is still out it is not
+        asked again. (A stalled broker otherwise cost every interval its full request timeout, and the view of a
+        fenced broker's partitions reached bronze that much later.)"""
+        waited = {n: self._pool.submit(self._metadata, n, n == wanted) for n in nodes
+                  if n == wanted or n not in self._unanswered}
+        late = {n: self._unanswered[n] for n in nodes if n not in waited}
+        for n, request in late.items():
+            if request.done() and isinstance(request.result(), str):
+                late[n] = self._pool.submit(self._metadata, n, False)
+        answers = {n: future.result() for n, future in waited.items()}
+        for n, request in late.items():
+            answers[n] = request.result() if request.done() else (
+                f"broker {self.addresses.get(n, n)}: no answer yet (nor to the last interval's request)")
+        requests = {**waited, **late}
+        self._unanswered = {n: requests[n] for n, answer in answers.items() if isinstance(answer, str)}
+        return {n: answers[n] for n in nodes}
 
     def _metadata(self, node: int, all_topics: bool) -> Any:
         """The node's Metadata answer (every topic, or none: topics=[] asks only for the brokers), or why not.
