@@ -6,6 +6,13 @@ PY := $(VENV)/bin/python
 STAMPS := .stamps
 LOCAL_MASTER_JAR := jvm/local-master/isrwatch-local-master.jar
 CLASS_ARCHIVE := jvm/local-master/spark-classes.jsa
+# Maven quiet: Debian's Maven 3.8 prints ANSI colour resets even with -q -B (and -Dstyle.color=never), so its output is kept in a log shown
+# only when it fails.
+MVN = mvn -q -B
+MVN_LOG := jvm/.mvn.log
+define quiet_mvn
+$(MVN) $(1) > $(MVN_LOG) 2>&1 || { cat $(MVN_LOG); exit 1; }
+endef
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
@@ -31,7 +38,7 @@ $(STAMPS)/jars: jvm/pom.xml
 	@mkdir -p $(STAMPS)
 	@echo "fetching the Delta Lake jars with Maven into jvm/jars (first run only)"
 	@rm -rf jvm/jars
-	@mvn -q -B -f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=jars -DincludeGroupIds=io.delta
+	@$(call quiet_mvn,-f jvm/pom.xml dependency:copy-dependencies -DoutputDirectory=jars -DincludeGroupIds=io.delta)
 	@touch $@
 
 # isrwatch's classes for a local master (jvm/local-master): Hadoop's local file system setting permissions without
@@ -58,7 +65,7 @@ $(STAMPS)/kafka-jars: jvm/kafka/pom.xml
 	@mkdir -p $(STAMPS)
 	@echo "fetching Apache Kafka and the JMX exporter with Maven into jvm/kafka/jars (first run only)"
 	@rm -rf jvm/kafka/jars
-	@mvn -q -B -f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	@$(call quiet_mvn,-f jvm/kafka/pom.xml dependency:copy-dependencies -DoutputDirectory=jars)
 	@mkdir -p jvm/kafka/jars/standalone && mv jvm/kafka/jars/jmx_prometheus_httpserver-*.jar jvm/kafka/jars/standalone/
 	@touch $@
 
@@ -70,8 +77,8 @@ $(STAMPS)/s3-jars: jvm/s3/pom.xml jvm/s3proxy/pom.xml
 	@mkdir -p $(STAMPS)
 	@echo "fetching Spark's S3A connector and s3proxy with Maven into jvm/s3/jars and jvm/s3proxy/jars (first run only)"
 	@rm -rf jvm/s3/jars jvm/s3proxy/jars
-	@mvn -q -B -f jvm/s3/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
-	@mvn -q -B -f jvm/s3proxy/pom.xml dependency:copy-dependencies -DoutputDirectory=jars
+	@$(call quiet_mvn,-f jvm/s3/pom.xml dependency:copy-dependencies -DoutputDirectory=jars)
+	@$(call quiet_mvn,-f jvm/s3proxy/pom.xml dependency:copy-dependencies -DoutputDirectory=jars)
 	@touch $@
 
 # The dashboards load a plotly.js built for them: plotly.js's core (scatter, cartesian axes) with bar and
