@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -14,15 +15,25 @@ def _nice(task: Path) -> int:
     return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
 
 
+def _threads(process: Path) -> list[tuple[str, int]]:
+    """(name, nice value) of each thread of `process`; a thread that ends while it is read (the JVM starts and ends
+    threads all the time) is left out."""
+    out = []
+    for task in (process / "task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            out.append(((task / "comm").read_text().strip(), _nice(task)))
+    return out
+
+
 @pytest.mark.spark
 @pytest.mark.skipif(not Path("/proc/thread-self").exists(), reason="a thread's priority is set on Linux only")
 def test_every_task_thread_runs_at_a_lower_priority_than_the_drivers_threads(spark: Any) -> None:
     assert spark.conf.get("spark.plugins") == "isrwatch.spark.TasksBehindTheDriver"
     spark.range(0, 1000, numPartitions=4).selectExpr("sum(id)").collect()  # tasks on every task thread there is
     jvm = Path("/proc") / str(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    threads = {t: (t / "comm").read_text().strip() for t in (jvm / "task").iterdir()}
-    base = _nice(next(t for t, name in threads.items() if name == "java"))  # the JVM's main thread
-    tasks = [t for t, name in threads.items() if name.startswith("Executor task")]
-    assert tasks, sorted(threads.values())
-    assert {_nice(t) for t in tasks} == {min(base + 10, 19)}
+    threads = _threads(jvm)
+    base = next(nice for name, nice in threads if name == "java")  # the JVM's main thread
+    tasks = [nice for name, nice in threads if name.startswith("Executor task")]
+    assert tasks, sorted(threads)
+    assert set(tasks) == {min(base + 10, 19)}
     assert base == os.getpriority(os.PRIO_PROCESS, 0)  # the driver's Python and the JVM's own threads stay as they were
