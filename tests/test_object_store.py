@@ -7,7 +7,6 @@ environment; the validate job, a Spark application, reads and writes the same `s
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -45,7 +44,7 @@ from schemas.table import TableDef
 from testing.s3proxy import S3Proxy
 from testing.spark_standalone import StandaloneCluster, master_command, worker_command
 from tests.api.server import TOKEN, serve, stop
-from tests.driver_env import driver_env
+from tests.driver_env import SHORT_LIVED_JVM, driver_env
 from tests.emulated import emulate_into
 from tests.lakes import LOSE_TWO
 from tests.pipeline.test_validate import validate
@@ -188,7 +187,6 @@ def _tasks_per_executor(event_logs: Path) -> dict[str, dict[str, int]]:
 
 
 CLUSTER_DOC = (ROOT / "docs" / "cluster.md").read_text()
-C1 = "-XX:TieredStopAtLevel=1"
 JOB_OPTIONS = {"validate": ["--wait-for-tables", "0", "--no-webhooks"], "posture": [], "slo": [],
                "alerts": ["--no-webhooks"]}
 
@@ -244,9 +242,9 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
     events = tmp_path / "event-logs"
     events.mkdir()
     submit = [sys.executable, "-m", "isrwatch.cli", "submit"]
-    # C1 only: these JVMs live a minute, and C2's compilations cost them more than they return.
-    spark_options = ["--conf", "spark.sql.shuffle.partitions=2", "--conf", f"spark.driver.defaultJavaOptions={C1}",
-                     "--conf", f"spark.executor.defaultJavaOptions={C1}",
+    # The executors live as short as the drivers (driver_env): C1 only for them too.
+    spark_options = ["--conf", "spark.sql.shuffle.partitions=2",
+                     "--conf", f"spark.executor.defaultJavaOptions={SHORT_LIVED_JVM}",
                      "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir=file://{events}",
                      "--conf", "spark.eventLog.compress=false"]
     with StandaloneCluster(tmp_path / "cluster") as cluster:
@@ -256,9 +254,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
             forced = ("--driver-max-rows", "0") if job == "alerts" else ()
             done = subprocess.run(
                 [*submit, *_submit_options(job, cluster.master_url, lake, *spark_options, job_options=forced)],
-                cwd=ROOT,
-                env={**os.environ, "PYSPARK_PYTHON": sys.executable}, capture_output=True, text=True,
-                timeout=600)
+                cwd=ROOT, env=driver_env(), capture_output=True, text=True, timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
             if job == "alerts":  # spark-submit's PythonRunner hands the driver's stderr on as its stdout
                 assert re.search(r"; ([1-9]\d*) of \1 micro-batches evaluated on the executors", done.stdout), \

@@ -5,7 +5,6 @@ pyspark's own spark-submit. And on these runs: quiet by default (the job's own l
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import signal
@@ -52,13 +51,9 @@ def bronze_with_bad_rows(bronze_template: Path, tmp_path_factory: pytest.TempPat
     return lake
 
 
-# These driver JVMs live a minute: C1 alone compiles what they run sooner than C1 and C2 (~15 % less time here).
-C1 = "spark.driver.defaultJavaOptions=-XX:TieredStopAtLevel=1"
-
-
 def _validate_cmd(lake: Path, *extra: str) -> list[str]:
     return [sys.executable, str(JOB), "--lakehouse", str(lake), "--tables", "broker_metrics",
-            "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
+            "--conf", "spark.sql.shuffle.partitions=2",
             "--trigger", "available-now", "--max-files-per-trigger", "1", "--wait-for-tables", "0", "--no-webhooks",
             *extra]
 
@@ -190,10 +185,9 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
     shutil.copytree(bronze_template, lake)
     isrwatch = Path(sys.executable).parent / "isrwatch"
     cmd = [str(isrwatch), "submit", "validate", "--master", "local[2]", "--conf", "spark.sql.shuffle.partitions=2",
-           "--conf", C1,
            "--", "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "live",
            "--max-files-per-trigger", "1", "--wait-for-tables", "0", "--no-webhooks"]
-    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env = {k: v for k, v in driver_env().items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     log = tmp_path / "submit.log"
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
@@ -222,7 +216,7 @@ def test_isrwatch_submit_runs_validate_and_a_sigterm_stops_it_between_micro_batc
            "--driver-java-options", f"-Dlog4j2.configurationFile={LOG4J2_CONFIG}",
            "--conf", "spark.sql.extensions=io.delta.sql.DeltaSparkSessionExtension",
            "--conf", "spark.sql.catalog.spark_catalog=org.apache.spark.sql.delta.catalog.DeltaCatalog",
-           "--conf", "spark.sql.shuffle.partitions=2", "--conf", C1,
+           "--conf", "spark.sql.shuffle.partitions=2",
            str(JOB), "--lakehouse", f"file://{lake}", "--tables", "broker_metrics", "--trigger", "available-now",
            "--wait-for-tables", "0", "--no-webhooks"]
     done = subprocess.run(cmd, env=driver_env(), cwd=ROOT, capture_output=True, text=True, timeout=600)
