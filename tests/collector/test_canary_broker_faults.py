@@ -11,7 +11,8 @@ partition back on its preferred leader, so each fault starts from the same clust
 - The canary keeps counting through each death, whichever broker would have coordinated a consumer group: its
   reader has none, and a dead or paused broker holds up only the partitions it leads.
 - A write held by a stalled follower shows in bronze.ack_ledger's `unacked_for_ms` before Kafka shrinks the ISR or
-  fences the broker, beside the leader and ISR it waits on; a one-second stall stays below WritesStalled's 2 s.
+  fences the broker, beside the leader and ISR it waits on; a one-second stall shows
+  no longer a wait there than the records had by their delivery reports.
 """
 
 from __future__ import annotations
@@ -267,17 +268,21 @@ def test_a_stalled_broker_shows_in_unacked_for_ms_with_the_leader_and_isr_its_wr
         assert len(stuck), (fault, rows[["ts_ms", "partition", "unacked_for_ms", "leader", "isr"]].to_string())
 
 
-def test_a_one_second_stall_stays_below_the_writes_stalled_threshold(faults_run: FaultsRun) -> None:
+def test_a_one_second_stall_shows_no_longer_wait_than_the_records_had(faults_run: FaultsRun) -> None:
     """Broker 2 SIGSTOPped for 1 s: the writes it holds wait about that long (their produce latency shows the stall
-    took hold; on a loaded machine the resumed JVM's catching up adds up to another second), and no interval's row
-    says 2 s or more: WritesStalled stays silent."""
+    took hold), and no interval's `unacked_for_ms` says more than the records waited, by their own delivery reports:
+    WritesStalled (2 s) can fire on a short stall only if a record really waited 2 s, which a loaded machine's
+    resumed JVM can make happen (the CI has seen 2.6 s), so the bound is the records' wait, not the wall clock."""
     short = [f for f in faults_run.faults if f.kind == "pause" and f.planned_s == SHORT_STALL_S]
     assert [(f.kind, f.broker) for f in short] == [("pause", 2)]
     start = short[0].down_ms[0]
     ledger = _ledger(faults_run)
     after = ledger[ledger["ts_ms"] >= start]
     assert len(after) >= 3 * len(PREFERRED), "the intervals during and after the stall were recorded"
-    assert after["unacked_for_ms"].max() < STALL_THRESHOLD_MS, after[["ts_ms", "partition", "unacked_for_ms"]]
-    waits = [p.produce_latency_ms.max_ms for s in faults_run.steps if s.interval.ts_ms >= start
-             for p in s.interval.partitions if p.produce_latency_ms is not None]
+    # The last interval's oldest write is answered after it: the stopped canary's tail counts it.
+    intervals = [i for i in _intervals(faults_run) if i.ts_ms >= start]
+    assert not [p for i in intervals for p in i.partitions if p.records_failed], "no write failed"
+    waits = [p.produce_latency_ms.max_ms for i in intervals for p in i.partitions if p.produce_latency_ms is not None]
     assert max(waits) >= 500, sorted(waits)[-5:]
+    assert after["unacked_for_ms"].max() <= max(waits), (after[["ts_ms", "partition", "unacked_for_ms"]],
+                                                         sorted(waits)[-5:])
