@@ -17,7 +17,7 @@ from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
 
 from foundation.delta_checksum import write_with_checksum
-from foundation.delta_io import compact_and_checkpoint
+from foundation.delta_io import KeptTable, compact_and_checkpoint
 from foundation.object_store import storage_options
 from schemas.bronze import REFERENCE_TABLES
 from schemas.table import TableDef
@@ -47,10 +47,11 @@ class DeltaSink:
         self.batches_written = 0
         self.checked: set[str] = set()
         # Per table, kept between batches: the table open at its latest version (opening it replays the log
-        # since the last checkpoint, twice per table and batch before: ~16 ms of the ~27 ms an append took), and
-        # the last batch id this run committed to it, read from the table once (this sink is the run's only
-        # writer). Dropped after maintenance, whose commits the open tables have not seen.
-        self._open: dict[str, DeltaTable] = {}
+        # since the last checkpoint, twice per table and batch before: ~16 ms of the ~27 ms an append took; opened
+        # again once worn, foundation/delta_io.KeptTable), and the last batch id this run committed to it, read
+        # from the table once (this sink is the run's only writer). Dropped after maintenance, whose commits the
+        # open tables have not seen.
+        self._open: dict[str, KeptTable] = {}
         self._written: dict[str, int] = {}
 
     def written_version(self, td: TableDef) -> int:
@@ -107,7 +108,9 @@ class DeltaSink:
         path = td.path(self.lakehouse)
         if "://" not in path:
             os.makedirs(path, exist_ok=True)
-        write_with_checksum(path, table.cast(td.landing_schema), table=self._opened(td), mode="append",
+        kept = self._opened(td)
+        write_with_checksum(path, table.cast(td.landing_schema), table=None if kept is None else kept.table,
+                            mode="append",
                             commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)]))
         self._written[td.name] = batch_id
 
@@ -115,14 +118,15 @@ class DeltaSink:
         path = td.path(self.lakehouse)
         return DeltaTable(path, storage_options=storage_options(path))
 
-    def _opened(self, td: TableDef) -> DeltaTable | None:
+    def _opened(self, td: TableDef) -> KeptTable | None:
         """The table open at its latest version (None before its first commit: the write creates it)."""
-        if td.name not in self._open:
-            try:
-                self._open[td.name] = self._table(td)
-            except TableNotFoundError:
+        kept = self._open.get(td.name)
+        if kept is None or kept.worn():
+            kept = KeptTable.open(td, self.lakehouse)
+            if kept is None:
                 return None
-        return self._open[td.name]
+            self._open[td.name] = kept
+        return kept
 
 
 _POOL: list[ThreadPoolExecutor] = []

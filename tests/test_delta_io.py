@@ -13,7 +13,10 @@ import pytest
 from deltalake import DeltaTable
 
 import foundation.delta_io as delta_io
+from collector import bronze_rows
+from foundation.bronze_sink import DeltaSink
 from foundation.delta_io import AppVersions, write_once
+from schemas.bronze import RUNS
 from schemas.gold import DELIVERIES
 
 
@@ -228,3 +231,46 @@ def test_writers_in_one_process_overwriting_their_own_rows_of_a_table_never_conf
     assert failed == []
     ids = DeltaTable(DELIVERIES.path(lake)).to_pyarrow_table().column("delivery_id").to_pylist()
     assert sorted(ids) == ["lane-11-B1", "lane-11-B3", "silver-11-A", "silver-11-C"]
+
+
+def test_every_keeper_opens_a_table_again_once_it_has_taken_reopen_after_commits(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table kept open gets slower to write with each commit it has taken (deltalake 1.6): KeptOpen, AppVersions and
+    the bronze sink open it afresh (from its newest checkpoint) once it has taken REOPEN_AFTER_COMMITS; every row
+    lands once."""
+    monkeypatch.setattr(delta_io, "REOPEN_AFTER_COMMITS", 5)
+    opened: list[str] = []
+    real = delta_io.open_table
+
+    def counting(td: Any, lakehouse: str) -> Any:
+        opened.append(td.name)
+        return real(td, lakehouse)
+
+    monkeypatch.setattr(delta_io, "open_table", counting)
+    lake = str(tmp_path / "lakehouse")
+    delta_io.ensure_table(DELIVERIES, lake)   # version 0
+    opened.clear()
+    kept, versions = delta_io.KeptOpen(DELIVERIES, lake), AppVersions("app")
+    for i in range(12):   # opened for the 1st, 6th and 11th: at versions 0, 5 and 10
+        kept.append(pa.Table.from_pylist([_delivery(f"k{i}")], schema=DELIVERIES.arrow_schema))
+    assert opened == ["deliveries"] * 3
+    opened.clear()
+    for i in range(12):   # from version 12: opened for the 1st, 6th and 11th again, and once for the app's version
+        assert versions.write_once(DELIVERIES, lake, pa.Table.from_pylist([_delivery(f"a{i}")],
+                                                                          schema=DELIVERIES.arrow_schema), i)
+    assert opened == ["deliveries"] * 4
+    ids = DeltaTable(DELIVERIES.path(lake)).to_pyarrow_table().column("delivery_id").to_pylist()
+    assert sorted(ids) == sorted([*(f"k{i}" for i in range(12)), *(f"a{i}" for i in range(12))])
+
+    opened.clear()
+    sink = DeltaSink(lake, "run", writer="test", maintain_every=1_000)
+    for batch in range(12):   # looked for at the 1st (none: its write creates it), opened for the 2nd, 7th and 12th
+        assert sink.write_batch(batch, {RUNS: _runs(batch)}) == ["runs"]
+    assert opened == ["runs"] * 4
+    assert sorted(DeltaTable(RUNS.path(lake)).to_pyarrow_table().column("batch_id").to_pylist()) == list(range(12))
+
+
+def _runs(batch: int) -> pa.Table:
+    return bronze_rows.table(RUNS, "run", batch, [bronze_rows.runs_row(
+        scenario="kept", start_ms=0, end_ms=batch, interval_ms=1000, broker_ids=[1], controller_ids=[], final=False,
+        summary="{}")])
