@@ -43,3 +43,13 @@ def test_a_batch_failing_its_crc_is_refused() -> None:
     data[-1] ^= 0xFF
     with pytest.raises(ValueError, match="at offset 0 fails its CRC check"):
         decode_fetched(0, 0, bytes(data))
+
+
+def test_the_crc_check_runs_in_c() -> None:
+    """kafka-python checks CRC-32C with the `crc32c` package when it is installed (a dependency), else in pure Python:
+    several times slower, and the canary checks every batch it reads."""
+    from kafka.record import util
+
+    assert util.calc_crc32c.__defaults__ is not None
+    assert util.calc_crc32c.__defaults__[0] is util.crc32c_c is not None
+    assert util.calc_crc32c(b"123456789") == 0xE3069283   # the CRC-32C check value
