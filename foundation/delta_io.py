@@ -31,7 +31,7 @@ def open_table(td: TableDef, lakehouse: str) -> DeltaTable | None:
 
 # A table kept open between writes gets slower to write with every commit it has taken since it was opened (deltalake
 # 1.6, one small append at a time on an idle machine: 17 ms each over the first 100 commits, 129 ms after 1,000;
-# opened afresh every 100, 16-31 ms throughout). A writer that commits every second kept its tables open for days.
+# opened afresh every 100, 16-31 ms throughout), and a writer that commits every second keeps its tables open for days.
 # So a kept table is opened again, from the newest checkpoint (delta-rs writes one every 100 versions by default),
 # once it has taken this many commits.
 REOPEN_AFTER_COMMITS = 100
