@@ -17,11 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from bench.collect_cluster import Probe
+from pipelines.broker_reports import RESTART_SETTLES_MS
 
 POLL_S = 0.2
 # conf/alerts.yaml's flap_detection quiet: incidents of one alert closer than this are one flapping incident, whose
 # notifications are held back until it settles; apart by more, they are separate incidents.
 SEPARATE_AFTER_S = 30.0
+RESTART_SETTLES_S = RESTART_SETTLES_MS / 1000   # a restart lasts until a minute after the broker is back
 PartitionKey = tuple[str, int]
 
 
@@ -151,6 +153,14 @@ def _intervals(snaps: list[Snapshot], end: float,
     return out
 
 
+def _outside(spans: list[tuple[float, float]], windows: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The parts of `spans` outside every window."""
+    out = list(spans)
+    for w0, w1 in windows:
+        out = [piece for a, b in out for piece in ((a, min(b, w0)), (max(a, w1), b)) if piece[0] < piece[1]]
+    return out
+
+
 def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[str, int], acks_all: set[str],
                     canary_topic: str, start: float, end: float) -> list[Expected]:
     """What should fire between `start` and `end` (the plan's run, until 60 s after recovery), rule by rule. A
@@ -162,9 +172,15 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
     def part(topic: str, partition: int) -> tuple[tuple[str, str], ...]:
         return (("partition", str(partition)), ("topic", topic))
 
+    # A broker restarting after a controlled shutdown (the rolling restart's) is BrokerRestarting until a minute after
+    # it is back; meanwhile UnderMinIsr and ProduceNotEnoughReplicas of its cluster are held from the receivers, and
+    # what still holds then is delivered then (conf/alerts.yaml).
+    restarts = [(f.start, f.end + RESTART_SETTLES_S) for f in faults if f.kind == "controlled_restart"]
+    out += [Expected("BrokerRestarting", (("broker_id", str(b)),), f.start, f.end + RESTART_SETTLES_S)
+            for f in faults if f.kind == "controlled_restart" for b in f.brokers]
     under_min = _intervals(snaps, end, lambda t, v: v.leader >= 0 and len(v.isr) < min(min_isr[t], len(v.replicas)))
     for (topic, p), spans in under_min.items():
-        out += [Expected("UnderMinIsr", part(topic, p), a, b) for a, b in spans if b - a >= 1.5]
+        out += [Expected("UnderMinIsr", part(topic, p), a, b) for a, b in _outside(spans, restarts) if b - a >= 1.5]
     under_rep = _intervals(snaps, end, lambda t, v: v.leader >= 0 and len(v.isr) < len(v.replicas))
     for (topic, p), spans in under_rep.items():
         out += [Expected("UnderReplicated", part(topic, p), a + 30, b) for a, b in spans if b - a >= 31.5]
@@ -192,16 +208,26 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
             out += [Expected("WritesStalled", part(topic, p), fault.start + 2, fault.end)
                     for (topic, p), view in views
                     if topic == canary_topic and set(view.isr) & set(fault.brokers)]
-    # A replica its leader dropped (its broker still registered) three times within 5 minutes.
+    # A replica its leader dropped (its broker still registered) three times within 5 minutes, each time out of the
+    # ISR long enough for a view a second apart to show it (as the conditions above).
     leaves: dict[tuple[str, int, int], list[float]] = defaultdict(list)
+    out_since: dict[tuple[str, int, int], float] = {}
     for a, b in itertools.pairwise(snaps):
         for key, view in b.partitions.items():
             before = a.partitions.get(key)
             if before is not None:
                 for r in before.isr:
                     if r not in view.isr and r in b.brokers:
-                        leaves[(key[0], key[1], r)].append(b.at)
+                        out_since[(key[0], key[1], r)] = b.at
+                for r in view.isr:
+                    left = out_since.pop((key[0], key[1], r), None)
+                    if left is not None and b.at - left >= 1.5:
+                        leaves[(key[0], key[1], r)].append(left)
+    for replica, left in out_since.items():
+        if end - left >= 1.5:
+            leaves[replica].append(left)
     for (topic, p, r), times in leaves.items():
+        times.sort()
         thrash = [t for i, t in enumerate(times) if i >= 2 and t - times[i - 2] <= 300]
         if thrash:
             out.append(Expected("IsrThrash", (("broker_id", str(r)), *part(topic, p)), thrash[0], thrash[-1] + 300))
@@ -214,7 +240,9 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
             for a, b in spans:
                 if b - a >= 1.5:
                     began = next(snap for snap in snaps if snap.at == a)
-                    refused[began.partitions[(topic, p)].leader].append((a, b))
+                    refused[began.partitions[(topic, p)].leader] += [s for s in _outside([(a, b)], restarts)
+                                                                     if s[1] - s[0] >= 1.5]
+    refused = {b: spans for b, spans in refused.items() if spans}
     out += [Expected("ProduceNotEnoughReplicas", (("broker_id", str(b)),), min(a for a, _ in spans),
                      max(e for _, e in spans)) for b, spans in refused.items()]
     # ISR at min.insync.replicas (below the replica count) for the rule's 10 s `for`: one failure from refusals.

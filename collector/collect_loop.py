@@ -34,6 +34,7 @@ from collector.observed_events import (
     controlled_shutdown_silence_ms,
     election_kind,
     hold_stale_partitions,
+    shutting_down_brokers,
     topic_events,
     view_events,
 )
@@ -158,6 +159,7 @@ class Collector:
         self.registered: set[int] | None = None
         self.silent: dict[int, str] = {}
         self.last_answered_ms: dict[int, int] = {}   # broker -> the last interval it answered (bounded by brokers)
+        self.shutting_down: frozenset[int] = frozenset()  # brokers seen in a controlled shutdown, until back
         self.written_configs: dict[str, TopicConfig] = {}
         self.last_interval_ms = 0.0
         self.stale_answers = 0    # partitions answered at an older leader epoch than recorded, held
@@ -215,10 +217,14 @@ class Collector:
         ts = view.ts_ms
         events: list[Event] = []
         registered = set(view.brokers)
+        self.stale_answers += len(hold_stale_partitions(view, self.memory.partitions))
+        shutting_down = shutting_down_brokers(view, self.memory.partitions)
         if view.brokers or not view.not_answering:
             if self.registered is not None:
                 events += broker_events(ts, self.registered, registered, self.silent, view.not_answering,
-                                        self.last_answered_ms, controlled_shutdown_silence_ms(self.interval_ms))
+                                        self.last_answered_ms, controlled_shutdown_silence_ms(self.interval_ms),
+                                        shutting_down, self.shutting_down)
+                self.shutting_down = (self.shutting_down | shutting_down) - (registered - self.registered)
             self.registered = registered
         self.silent = dict(view.not_answering)
         self.last_answered_ms.update({b: ts for b in view.brokers if b not in view.not_answering})
@@ -227,8 +233,7 @@ class Collector:
         configs = dict(self.reader.topic_configs)
         changed_topics = {t for t, c in configs.items() if self.written_configs.get(t) != c}
         events += topic_events(ts, self.written_configs, {t: configs[t] for t in changed_topics})
-        self.stale_answers += len(hold_stale_partitions(view, self.memory.partitions))
-        events += view_events(ts, view, self.memory.partitions)
+        events += view_events(ts, view, self.memory.partitions, shutting_down | self.shutting_down)
         self._remember(view, events)
 
         metric_rows = []

@@ -9,7 +9,8 @@ same rules and dashboards read both:
   there, the leader joined the ISR between the two views); no leader is an election with cause `offline`;
 - replicas leaving or joining the ISR are `isr_shrink` / `isr_expand` (broker_id: the leader); a replica whose
   broker has left the metadata (fenced) was removed by the controller, not by its leader: `isr_change_controller`
-  with cause `fenced`, as the emulator records it (Kafka's IsrShrinksPerSec does not count those either);
+  with cause `fenced`, as the emulator records it (Kafka's IsrShrinksPerSec does not count those either); so was
+  one whose broker is in a controlled shutdown (`shutting_down_brokers`): cause `controlled_shutdown`;
 - a new leader whose log ends below the previous high watermark is a `truncation` of the committed
   records it does not hold;
 - a broker that drops out of the metadata is `fenced`, one that comes back `unfenced`; one that stops
@@ -93,9 +94,11 @@ def election_kind(previous: Remembered, new_leader: int, new_isr: tuple[int, ...
 
 
 def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, now: Partition,
-                     leader_leo: int | None, registered: set[int] | None = None) -> list[Event]:
+                     leader_leo: int | None, registered: set[int] | None = None,
+                     shutting_down: frozenset[int] = frozenset()) -> list[Event]:
     """What changed in one partition between two views (nothing for a partition seen the first time).
-    `registered`: the brokers the view lists (None: unknown, every removal is its leader's)."""
+    `registered`: the brokers the view lists (None: unknown, every removal is its leader's); `shutting_down`: brokers
+    in a controlled shutdown, whose removal is the controller's."""
     if before is None:
         return []
     if now.leader == before.leader and list(now.isr) == before.isr:
@@ -118,10 +121,12 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     added = [b for b in now.isr if b not in before.isr]
     leader = now.leader if now.leader >= 0 else None
     fenced = [b for b in removed if registered is not None and b not in registered]
-    dropped = [b for b in removed if b not in fenced]
-    if fenced:
-        event(EventType.ISR_CHANGE_CONTROLLER, "fenced",
-              detail={"previous_isr": before.isr, "isr": [b for b in before.isr if b not in fenced]})
+    stopping = [b for b in removed if b in shutting_down and b not in fenced]
+    dropped = [b for b in removed if b not in fenced and b not in stopping]
+    for cause, gone in (("fenced", fenced), ("controlled_shutdown", stopping)):
+        if gone:
+            event(EventType.ISR_CHANGE_CONTROLLER, cause,
+                  detail={"previous_isr": before.isr, "isr": [b for b in before.isr if b not in gone]})
     if dropped and now.leader >= 0:
         event(EventType.ISR_SHRINK, "observed", broker_id=leader, detail={"removed": dropped, "isr": list(now.isr)})
     if added:
@@ -136,6 +141,27 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     return out
 
 
+def shutting_down_brokers(view: ClusterView, memory: dict[TopicPartition, Remembered]) -> frozenset[int]:
+    """Brokers in a controlled shutdown, seen as Kafka carries one out: a broker asking to shut down has its
+    leaderships moved and is taken out of every ISR at once by the controller (ReplicationControlManager's
+    handleBrokerInControlledShutdown), while it is still registered and answering, about 4 s before it leaves the
+    metadata. So: registered and answering, it led a partition in the previous view, leads none now and is in no ISR.
+    A stalled or crashed broker stops answering first; a lagging follower keeps its leaderships."""
+    if not view.brokers:
+        return frozenset()
+    moved = set()
+    for tp, p in view.partitions.items():
+        before = memory.get(tp)
+        if before is not None and before.leader != p.leader:
+            moved.add(before.leader)
+    candidates = moved & (set(view.brokers) - set(view.not_answering))
+    if not candidates:
+        return frozenset()   # the common case: no leadership moved away from an answering broker
+    for p in view.partitions.values():
+        candidates -= {p.leader, *p.isr}
+    return frozenset(candidates)
+
+
 def controlled_shutdown_silence_ms(interval_ms: int) -> int:
     """How recently a broker must have answered, when it leaves the metadata, to have stopped with a controlled
     shutdown. Kafka moves its leaderships and removes it from the ISRs while it still answers, and it leaves the
@@ -147,15 +173,22 @@ def controlled_shutdown_silence_ms(interval_ms: int) -> int:
 
 def broker_events(ts_ms: int, registered_before: set[int], registered_now: set[int],
                   silent_before: dict[int, str], silent_now: dict[int, str],
-                  last_answered_ms: dict[int, int] | None = None, shutdown_silence_ms: int = 3_000) -> list[Event]:
-    """Brokers leaving or joining the metadata, and stopping or resuming answering. A broker that leaves the metadata
-    having answered within `shutdown_silence_ms` (`last_answered_ms`: when each last answered) stopped with a
-    controlled shutdown: a `broker_state` event with cause `controlled_shutdown` (state `stopped`), as the emulator
-    writes one, comes before its `fenced`."""
+                  last_answered_ms: dict[int, int] | None = None, shutdown_silence_ms: int = 3_000,
+                  shutting_down: frozenset[int] = frozenset(), announced: frozenset[int] = frozenset()) -> list[Event]:
+    """Brokers leaving or joining the metadata, and stopping or resuming answering. A broker in a controlled shutdown
+    (`shutting_down`, not yet `announced`) gets a `broker_state` event with cause `controlled_shutdown` (state
+    `stopped`), as the emulator writes one when the shutdown begins. One not seen shutting down that leaves the
+    metadata having answered within `shutdown_silence_ms` (`last_answered_ms`: when each last answered) stopped
+    with a controlled shutdown too (one that led nothing keeps no leadership to move): the event comes before its
+    `fenced`."""
     out: list[Event] = []
+    for b in sorted(shutting_down - announced):
+        out.append(Event(ts_ms, EventType.BROKER_STATE, "controlled_shutdown", broker_id=b,
+                         detail={"state": "stopped", "seen": "leaderships moved, out of every ISR"}))
     for b in sorted(registered_before - registered_now):
         answered = (last_answered_ms or {}).get(b)
-        if answered is not None and ts_ms - answered <= shutdown_silence_ms:
+        seen_shutting_down = b in shutting_down or b in announced
+        if not seen_shutting_down and answered is not None and ts_ms - answered <= shutdown_silence_ms:
             out.append(Event(ts_ms, EventType.BROKER_STATE, "controlled_shutdown", broker_id=b,
                              detail={"state": "stopped", "last_answered_ms": answered}))
         out.append(Event(ts_ms, EventType.FENCED, "left_metadata", broker_id=b))
@@ -201,10 +234,11 @@ def hold_stale_partitions(view: ClusterView, memory: dict[TopicPartition, Rememb
     return held
 
 
-def view_events(ts_ms: int, view: ClusterView, memory: dict[TopicPartition, Remembered]) -> list[Event]:
+def view_events(ts_ms: int, view: ClusterView, memory: dict[TopicPartition, Remembered],
+                shutting_down: frozenset[int] = frozenset()) -> list[Event]:
     out: list[Event] = []
     registered = set(view.brokers) if view.brokers else None
     for tp, p in view.partitions.items():
         leo = view.log_end_offsets.get(tp, {}).get(p.leader)
-        out.extend(partition_events(ts_ms, tp, memory.get(tp), p, leo, registered))
+        out.extend(partition_events(ts_ms, tp, memory.get(tp), p, leo, registered, shutting_down))
     return out

@@ -257,7 +257,9 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
     Source("broker_reports", "broker_metrics", "broker", {
         "seconds_since_report": "event time since the broker's last metrics (or, never reported, since it was first "
                                 "seen holding a replica), at the cluster's latest report",
-        "shut_down_cleanly": "the broker stopped with a controlled shutdown (a rolling restart) and is not back"},
+        "shut_down_cleanly": "the broker stopped with a controlled shutdown (a rolling restart) and is not back",
+        "restarting": "the broker stopped with a controlled shutdown at most 10 minutes ago and is not back, or is "
+                      "back less than a minute (its replicas rejoining their ISRs)"},
         lambda rows: rows),
 )}
 

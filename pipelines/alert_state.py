@@ -77,6 +77,7 @@ class EngineState:
     window_evaluated: dict[str, int] = field(default_factory=dict)         # key: rule/fingerprint -> last point
     last_hw: dict[str, dict[str, int]] = field(default_factory=dict)      # cluster -> topic/partition -> HW
     shut_down: dict[str, int] = field(default_factory=dict)  # cluster/broker_id -> its controlled shutdown, until back
+    back_from_shutdown: dict[str, int] = field(default_factory=dict)  # cluster/broker_id -> back, for a minute
 
     def to_rows(self) -> list[dict[str, str]]:
         # An Alert's fields read directly: dataclasses.asdict deep-copies every value on the way, ~80 % of this
@@ -94,6 +95,8 @@ class EngineState:
         rows += [{"kind": "last_hw", "key": c, "state": json.dumps(v, sort_keys=True)}
                  for c, v in sorted(self.last_hw.items())]
         rows += [{"kind": "shut_down", "key": k, "state": json.dumps(v)} for k, v in sorted(self.shut_down.items())]
+        rows += [{"kind": "back_from_shutdown", "key": k, "state": json.dumps(v)}
+                 for k, v in sorted(self.back_from_shutdown.items())]
         return rows
 
     @classmethod
@@ -116,6 +119,8 @@ class EngineState:
                 s.last_hw[r["key"]] = {k: int(v) for k, v in data.items()}
             elif r["kind"] == "shut_down":
                 s.shut_down[r["key"]] = int(data)
+            elif r["kind"] == "back_from_shutdown":
+                s.back_from_shutdown[r["key"]] = int(data)
         return s
 
     def forget_unused_windows(self) -> None:
@@ -149,6 +154,8 @@ class EngineState:
             part(c).last_hw[c] = hw
         for k, at in self.shut_down.items():
             part(k.split("/", 1)[0]).shut_down[k] = at
+        for k, at in self.back_from_shutdown.items():
+            part(k.split("/", 1)[0]).back_from_shutdown[k] = at
         return {c: parts[c] for c in sorted(parts)}
 
     @classmethod
@@ -163,6 +170,7 @@ class EngineState:
             out.window_evaluated.update(p.window_evaluated)
             out.last_hw.update(p.last_hw)
             out.shut_down.update(p.shut_down)
+            out.back_from_shutdown.update(p.back_from_shutdown)
         return out
 
 

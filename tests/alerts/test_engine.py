@@ -275,6 +275,44 @@ def test_a_broker_back_from_a_controlled_shutdown_has_15_seconds_for_its_first_m
         ("firing", "3", 56_000)]
 
 
+def test_a_rolling_restart_pages_nobody_and_what_outlasts_it_is_delivered() -> None:
+    """Topic t (RF 2, min ISR 2) on brokers 1 and 2. Broker 2 begins a controlled shutdown at 10 s (Kafka takes it out
+    of the ISR at once: t-0 under min ISR, broker 1 refusing acks=all writes), stops reporting at 14 s, is back at 40 s
+    and t-0 is whole at 45 s. Its second restart at 200 s leaves t-1 under min ISR after it is back (at 230 s) for good.
+    UnderMinIsr and ProduceNotEnoughReplicas are recorded (inhibited) while the broker restarts and for a minute after
+    it is back; what still fires then is delivered then. BrokerRestarting, info, is the one notification."""
+    def second(s: int) -> dict[str, pd.DataFrame]:
+        first, second_restart = 10 <= s < 45, s >= 200
+        isr = {0: 1 if first else 2, 1: 1 if second_restart else 2}
+        refusing = 5.0 if first or second_restart else 0.0
+        metrics = controller(s)
+        metrics.loc[metrics["broker_id"] == 1, "ErrorsPerSec_NOT_ENOUGH_REPLICAS"] = refusing
+        frames = {"partition_state": partitions(s, isr, rf=2, min_isr=2),
+                  "broker_metrics": metrics[lambda f: ~((f["broker_id"] == 2) & (14 <= s < 42 or 204 <= s < 232))]}
+        if s in (10, 40, 200, 230):
+            frames["broker_stops"] = pd.DataFrame({"run_id": "c1", "ts": [at(s)], "broker_id": [2],
+                                                   "stopped": [s in (10, 200)]})
+        return frames
+
+    e = AlertEngine(CONFIG)
+    ts = run(e, *(second(s) for s in range(0, 320)))
+    since = T0.value // 10**6
+
+    def seen(rule: str) -> list[tuple[str, str, bool, int]]:
+        return [(t.status.value, t.labels.get("partition", t.labels.get("broker_id", "")), t.inhibited,
+                 (t.ts_ms - since) // 1000) for t in of(ts, rule)]
+
+    assert seen("BrokerRestarting") == [("firing", "2", False, 10), ("resolved", "2", False, 100),
+                                        ("firing", "2", False, 200), ("resolved", "2", False, 290)]
+    assert seen("UnderMinIsr") == [("firing", "0", True, 10), ("resolved", "0", True, 45),
+                                   ("firing", "1", True, 200), ("firing", "1", False, 290)]
+    assert seen("ProduceNotEnoughReplicas")[:2] == [("firing", "1", True, 10), ("resolved", "1", True, 45)]
+    assert seen("ProduceNotEnoughReplicas")[2:] == [("firing", "1", True, 200), ("firing", "1", False, 290)]
+    assert [t for t in ts if t.severity == "critical" and not t.inhibited and t.ts_ms - since < 290_000] == []
+    assert not of(ts, "BrokerNotReporting")
+    assert e.state.back_from_shutdown == {}, "forgotten a minute after the broker is back"
+
+
 def isr_events(*rows: tuple[float, str, list[int], list[int]]) -> dict[str, pd.DataFrame]:
     """The ISR frames of cluster_events rows of topic t, partition 0: (second, event type, ISR before, after), with
     the detail the emulator and the collector write, shaped as the engine gets them."""

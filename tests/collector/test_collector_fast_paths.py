@@ -13,13 +13,23 @@ from kafka.protocol.metadata.metadata import MetadataResponse
 from collector.canary_feed import CanaryFeed
 from collector.cluster_view import (
     METADATA_VERSION,
+    Broker,
     ClusterReader,
+    ClusterView,
     Partition,
     TopicConfig,
 )
 from collector.kafka_wire import PreEncoded
 from collector.metadata_key import metadata_key, metadata_key_checked
-from collector.observed_events import Event, Remembered, broker_events, controlled_shutdown_silence_ms, partition_events
+from collector.observed_events import (
+    Event,
+    Remembered,
+    broker_events,
+    controlled_shutdown_silence_ms,
+    partition_events,
+    shutting_down_brokers,
+    view_events,
+)
 from tests.collector.metadata_answers import FakeConnection, metadata_body
 
 
@@ -201,6 +211,42 @@ def test_a_broker_that_leaves_the_metadata_while_still_answering_stopped_with_a_
     assert [(e.event_type, e.cause, e.broker_id) for e in got] == [
         ("broker_state", "controlled_shutdown", 2), ("fenced", "left_metadata", 2), ("fenced", "left_metadata", 3)]
     assert [controlled_shutdown_silence_ms(ms) for ms in (500, 1_000, 2_000, 10_000)] == [3_000, 3_000, 5_000, 6_000]
+
+
+def test_a_broker_whose_leaderships_moved_and_that_left_every_isr_while_answering_is_shutting_down() -> None:
+    """Kafka begins a controlled shutdown of broker 2 by moving its leaderships and taking it out of every ISR, ~4 s
+    before it leaves the metadata. Seen in one view: broker 2 is shutting down from that view on (its removals are
+    the controller's, cause controlled_shutdown; one broker_state event, none again when it leaves). The same view
+    with broker 2 not answering (stalled: its leaders dropped it), or still in one ISR, or still leading, is not."""
+    def remembered(leader: int, isr: list[int]) -> Remembered:
+        return Remembered(leader=leader, leader_epoch=1, isr=isr, elr=[], replicas=[1, 2, 3], partition_epoch=1,
+                          high_watermark=10, log_start_offset=0)
+
+    memory = {("t", 0): remembered(2, [1, 2, 3]), ("t", 1): remembered(1, [1, 2, 3]), ("t", 2): remembered(3, [3, 1])}
+    brokers = {b: Broker(b, f"127.0.0.1:{9090 + b}", None) for b in (1, 2, 3)}
+
+    def view(parts: dict[int, tuple[int, tuple[int, ...]]], not_answering: dict[int, str] | None = None) -> ClusterView:
+        return ClusterView(5_000, "c", brokers, not_answering or {},
+                           {("t", p): Partition("t", p, leader, 2, (1, 2, 3), isr, (), ()) for p, (leader, isr)
+                            in parts.items()}, {}, {}, {}, False)
+
+    shutdown = view({0: (1, (1, 3)), 1: (1, (1, 3)), 2: (3, (3, 1))})
+    assert shutting_down_brokers(shutdown, memory) == {2}
+    events = view_events(5_000, shutdown, memory, shutting_down_brokers(shutdown, memory))
+    assert sorted((e.event_type, e.cause, e.partition) for e in events) == [
+        ("election", "clean", 0), ("isr_change_controller", "controlled_shutdown", 0),
+        ("isr_change_controller", "controlled_shutdown", 1)], "no isr_shrink: no leader dropped it (no thrash)"
+    assert shutting_down_brokers(view({0: (1, (1, 3)), 1: (1, (1, 3)), 2: (3, (3, 1))}, {2: "timed out"}),
+                                 memory) == set()
+    assert shutting_down_brokers(view({0: (1, (1, 3)), 1: (1, (1, 2, 3)), 2: (3, (3, 1))}), memory) == set()
+    assert shutting_down_brokers(view({0: (2, (2, 3)), 1: (1, (1, 3)), 2: (3, (3, 1))}), memory) == set()
+
+    began = broker_events(5_000, {1, 2, 3}, {1, 2, 3}, {}, {}, {1: 5_000, 2: 5_000, 3: 5_000}, 3_000,
+                          frozenset({2}), frozenset())
+    assert [(e.event_type, e.cause, e.broker_id) for e in began] == [("broker_state", "controlled_shutdown", 2)]
+    left = broker_events(9_000, {1, 2, 3}, {1, 3}, {}, {}, {1: 9_000, 2: 8_000, 3: 9_000}, 3_000,
+                         frozenset(), frozenset({2}))
+    assert [(e.event_type, e.cause, e.broker_id) for e in left] == [("fenced", "left_metadata", 2)]
 
 
 class RescanRecorder:
