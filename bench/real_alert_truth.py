@@ -173,11 +173,10 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
         return (("partition", str(partition)), ("topic", topic))
 
     # A broker restarting after a controlled shutdown (the rolling restart's) is BrokerRestarting until a minute after
-    # it is back; meanwhile UnderMinIsr and ProduceNotEnoughReplicas of its cluster are held from the receivers, and
-    # what still holds then is delivered then (conf/alerts.yaml).
+    # it is back (info: the shipped receiver takes critical and warning only); meanwhile UnderMinIsr and
+    # ProduceNotEnoughReplicas of its cluster are held from the receivers, and what still holds then is delivered
+    # then (conf/alerts.yaml).
     restarts = [(f.start, f.end + RESTART_SETTLES_S) for f in faults if f.kind == "controlled_restart"]
-    out += [Expected("BrokerRestarting", (("broker_id", str(b)),), f.start, f.end + RESTART_SETTLES_S)
-            for f in faults if f.kind == "controlled_restart" for b in f.brokers]
     under_min = _intervals(snaps, end, lambda t, v: v.leader >= 0 and len(v.isr) < min(min_isr[t], len(v.replicas)))
     for (topic, p), spans in under_min.items():
         out += [Expected("UnderMinIsr", part(topic, p), a, b) for a, b in _outside(spans, restarts) if b - a >= 1.5]
