@@ -173,9 +173,9 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
         return (("partition", str(partition)), ("topic", topic))
 
     # A broker restarting after a controlled shutdown (the rolling restart's) is BrokerRestarting until a minute after
-    # it is back (info: the shipped receiver takes critical and warning only); meanwhile UnderMinIsr and
-    # ProduceNotEnoughReplicas of its cluster are held from the receivers, and what still holds then is delivered
-    # then (conf/alerts.yaml).
+    # it is back (info: the shipped receiver takes critical and warning only); meanwhile UnderMinIsr,
+    # ProduceNotEnoughReplicas and WritesStalled of its cluster are held from the receivers, and what still holds then
+    # is delivered then (conf/alerts.yaml). WritesStalled is expected of stalls and kills only.
     restarts = [(f.start, f.end + RESTART_SETTLES_S) for f in faults if f.kind == "controlled_restart"]
     under_min = _intervals(snaps, end, lambda t, v: v.leader >= 0 and len(v.isr) < min(min_isr[t], len(v.replicas)))
     for (topic, p), spans in under_min.items():
@@ -207,26 +207,16 @@ def expected_alerts(history: ClusterHistory, faults: list[Fault], min_isr: dict[
             out += [Expected("WritesStalled", part(topic, p), fault.start + 2, fault.end)
                     for (topic, p), view in views
                     if topic == canary_topic and set(view.isr) & set(fault.brokers)]
-    # A replica its leader dropped (its broker still registered) three times within 5 minutes, each time out of the
-    # ISR long enough for a view a second apart to show it (as the conditions above).
+    # A replica its leader dropped (its broker still registered) three times within 5 minutes.
     leaves: dict[tuple[str, int, int], list[float]] = defaultdict(list)
-    out_since: dict[tuple[str, int, int], float] = {}
     for a, b in itertools.pairwise(snaps):
         for key, view in b.partitions.items():
             before = a.partitions.get(key)
             if before is not None:
                 for r in before.isr:
                     if r not in view.isr and r in b.brokers:
-                        out_since[(key[0], key[1], r)] = b.at
-                for r in view.isr:
-                    left = out_since.pop((key[0], key[1], r), None)
-                    if left is not None and b.at - left >= 1.5:
-                        leaves[(key[0], key[1], r)].append(left)
-    for replica, left in out_since.items():
-        if end - left >= 1.5:
-            leaves[replica].append(left)
+                        leaves[(key[0], key[1], r)].append(b.at)
     for (topic, p, r), times in leaves.items():
-        times.sort()
         thrash = [t for i, t in enumerate(times) if i >= 2 and t - times[i - 2] <= 300]
         if thrash:
             out.append(Expected("IsrThrash", (("broker_id", str(r)), *part(topic, p)), thrash[0], thrash[-1] + 300))

@@ -280,7 +280,8 @@ def test_a_rolling_restart_pages_nobody_and_what_outlasts_it_is_delivered() -> N
     of the ISR at once: t-0 under min ISR, broker 1 refusing acks=all writes), stops reporting at 14 s, is back at 40 s
     and t-0 is whole at 45 s. Its second restart at 200 s leaves t-1 under min ISR after it is back (at 230 s) for good.
     UnderMinIsr and ProduceNotEnoughReplicas are recorded (inhibited) while the broker restarts and for a minute after
-    it is back; what still fires then is delivered then. BrokerRestarting, info, is the one notification."""
+    it is back; what still fires then is delivered then; a write held 2.5 s as a leadership moves too.
+    BrokerRestarting, info, is the one notification."""
     def second(s: int) -> dict[str, pd.DataFrame]:
         first, second_restart = 10 <= s < 45, s >= 200
         isr = {0: 1 if first else 2, 1: 1 if second_restart else 2}
@@ -292,6 +293,10 @@ def test_a_rolling_restart_pages_nobody_and_what_outlasts_it_is_delivered() -> N
         if s in (10, 40, 200, 230):
             frames["broker_stops"] = pd.DataFrame({"run_id": "c1", "ts": [at(s)], "broker_id": [2],
                                                    "stopped": [s in (10, 200)]})
+        # A write to t-2 waits 2.5 s at 12 s, as its leadership moves.
+        frames["ack_ledger"] = pd.DataFrame({"run_id": "c1", "ts": [at(s)], "topic": "t", "partition": 2,
+                                             "acks_all_unacked_for_ms": [2_500.0 if s == 12 else 0.0],
+                                             "leader": [1.0], "isr_size": [2.0]})
         return frames
 
     e = AlertEngine(CONFIG)
@@ -308,6 +313,7 @@ def test_a_rolling_restart_pages_nobody_and_what_outlasts_it_is_delivered() -> N
                                    ("firing", "1", True, 200), ("firing", "1", False, 290)]
     assert seen("ProduceNotEnoughReplicas")[:2] == [("firing", "1", True, 10), ("resolved", "1", True, 45)]
     assert seen("ProduceNotEnoughReplicas")[2:] == [("firing", "1", True, 200), ("firing", "1", False, 290)]
+    assert seen("WritesStalled") == [("firing", "2", True, 12), ("resolved", "2", True, 13)]
     assert [t for t in ts if t.severity == "critical" and not t.inhibited and t.ts_ms - since < 290_000] == []
     assert not of(ts, "BrokerNotReporting")
     assert e.state.back_from_shutdown == {}, "forgotten a minute after the broker is back"
