@@ -60,7 +60,7 @@ def broker_reports(state: EngineState, metrics: pd.DataFrame | None, replica_bro
                 i += 1
             rows += [{"run_id": cluster, "ts": pd.Timestamp(t, unit="ms", tz="UTC"), "broker_id": b,
                       "seconds_since_report": max(t - last, 0) / 1000, "shut_down_cleanly": b in down,
-                      "restarting": (b in down and t - down[b] <= RESTART_LONGEST_MS)
+                      "restarting": (b in down and t - down[b] < RESTART_LONGEST_MS)
                       or (b in back and t - back[b] < RESTART_SETTLES_MS)}
                      for b, last in sorted(seen.items())]
         for change in changes[j:]:   # after the batch's last evaluation: kept for the next

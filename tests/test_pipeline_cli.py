@@ -7,6 +7,7 @@ import hashlib
 import hmac
 import io
 import json
+import logging
 import signal
 import time
 from pathlib import Path
@@ -115,9 +116,10 @@ def test_a_failed_query_without_a_restart_stops_the_watch_naming_it(spark: Any, 
 
 
 def test_a_failed_lane_is_restarted_three_times_within_ten_minutes_then_the_watch_fails(
-        spark: Any, tmp_path: Path, capsys: Any) -> None:
+        spark: Any, tmp_path: Path, caplog: Any) -> None:
     """The alert lane's query, failed, is started again from its checkpoint (a transient: its Python worker slow to
     start); failing a fourth time within the window, it stops the watch."""
+    caplog.set_level(logging.INFO, logger="isrwatch")
     healthy = _rate_query(spark, tmp_path, "healthy", fails=False)
     started: list[Any] = []
 
@@ -142,7 +144,7 @@ def test_a_failed_lane_is_restarted_three_times_within_ten_minutes_then_the_watc
             query.stop()
     assert outcome == "failed" and still_active
     assert len(started) == 4 and running[1].query is started[-1], "the watch holds the lane's latest query"
-    lines = [line for line in capsys.readouterr().err.splitlines() if "alert_lane failed" in line]
+    lines = [r.getMessage() for r in caplog.records if "alert_lane failed" in r.getMessage()]
     assert [line.rsplit("(", 1)[1] for line in lines[:3]] == [
         f"restart {n} of 3 allowed within 600 s)" for n in (1, 2, 3)]
     assert len(lines) == 4 and lines[3].endswith("; stopping the other queries")
