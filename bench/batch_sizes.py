@@ -248,6 +248,9 @@ def run_alerts(lake: Path, master: str, driver_max_rows: int, partitions: int = 
     (`driver_max_rows` above the batch) or the executor route (0)."""
     raw = yaml.safe_load(RULES.read_text())
     raw["rules"] = [r for r in raw["rules"] if r["name"] in BROKER_METRICS_RULES]
+    kept = {r["name"] for r in raw["rules"]}   # an inhibitor left out inhibits nothing
+    for r in raw["rules"]:
+        r["inhibited_by"] = [i for i in r.get("inhibited_by", []) if i["rule"] in kept]
     raw["receivers"] = []
     rules = lake.parent / f"{lake.name}-rules.yaml"
     rules.write_text(yaml.safe_dump(raw))

@@ -11,7 +11,7 @@ from pipelines.alert_config import load_alert_config
 from pipelines.alert_expressions import compiled
 from pipelines.alert_signals import SOURCES
 
-BOOLEAN = {"offline", "recovering", "page", "ticket", "shut_down_cleanly"}
+BOOLEAN = {"offline", "recovering", "page", "ticket", "shut_down_cleanly", "restarting"}
 
 
 def random_samples(source: str, rows: int = 400, seed: int = 7) -> pd.DataFrame:

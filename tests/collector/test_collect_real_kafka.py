@@ -335,6 +335,9 @@ def pipelined(spark: Any, lake: str, stalled_follower_run: dict[str, Any], refus
         assert rejected == [], f"collected {name} rows quarantined: {rejected[:3]}"
     raw = yaml.safe_load((ROOT / "conf/alerts.yaml").read_text())
     raw["rules"] = [r for r in raw["rules"] if r["name"] in ALERT_RULES]
+    kept = {r["name"] for r in raw["rules"]}   # an inhibitor left out inhibits nothing
+    for r in raw["rules"]:
+        r["inhibited_by"] = [i for i in r.get("inhibited_by", []) if i["rule"] in kept]
     raw["receivers"] = []
     rules = tmp_path_factory.mktemp("rules") / "alerts.yaml"
     rules.write_text(yaml.safe_dump(raw))
