@@ -67,6 +67,8 @@ def lakehouse(tmp_path: Path) -> str:
 # session's `silver_lake` is shared by both workers (`shared_lake`). Groups start heaviest first (the longest in make
 # test's --durations), so the last one to start is short and neither worker idles while the other finishes a long
 # file; the first one builds silver_lake, the second does not need it.
+# tests/collector/conftest.py's collect_cluster, named after its first and heaviest file (HEAVIEST_FIRST ranks it).
+COLLECT_CLUSTER_GROUP = "tests/collector/test_collect_real_kafka.py"
 HEAVIEST_FIRST = (
     "tests/test_object_store.py",
     "tests/alerts/test_alerts_job.py",
@@ -94,8 +96,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     def file_of(item: pytest.Item) -> str:
         return item.nodeid.split("::", 1)[0]
 
-    on_api_lake = {file_of(i) for i in items if "api_lake" in getattr(i, "fixturenames", ())}
-    group = {id(i): "api_lake" if file_of(i) in on_api_lake else file_of(i) for i in items}
+    def using(fixture: str) -> set[str]:
+        return {file_of(i) for i in items if fixture in getattr(i, "fixturenames", ())}
+
+    # Files that share a session or package fixture share a group: one worker builds it once.
+    on_api_lake, on_collect_cluster = using("api_lake"), using("collect_cluster")
+    group = {id(i): "api_lake" if file_of(i) in on_api_lake else
+             COLLECT_CLUSTER_GROUP if file_of(i) in on_collect_cluster else file_of(i) for i in items}
     rank = {name: n for n, name in enumerate(HEAVIEST_FIRST)}
     for item in items:   # `-m s3` (or `-m "not s3"`) without marking every test that asks for the store
         if {"s3", "on_store"} & set(getattr(item, "fixturenames", ())):

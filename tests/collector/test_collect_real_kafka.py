@@ -1,7 +1,7 @@
 """`isrwatch collect` against a real Kafka 4.3 cluster (testing/kafka/), through validate and the alerts job.
 
-One cluster for the module: 1 controller + 3 brokers on loopback, replica.lag.time.max.ms 3 s so a stalled
-follower leaves the ISR within seconds. The collector runs in a thread while the test stalls and kills
+The cluster is the package's (tests/collector/conftest.py's collect_cluster): 1 controller + 3 brokers on loopback,
+replica.lag.time.max.ms 3 s so a stalled follower leaves the ISR within seconds. The collector runs in a thread while the test stalls and kills
 brokers; then the pipeline runs available-now over what it wrote, and the assertions read gold.alert_events.
 """
 
@@ -13,14 +13,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
-from confluent_kafka.admin import NewTopic
 
 from bench.fidelity import HEARTBEAT_S, within
 from bench.fidelity_measures import Window, measure
@@ -53,22 +51,8 @@ PAUSED_INTERVALS = 40
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    kafka = KafkaCluster(tmp_path_factory.mktemp("kafka"), brokers=3,
-                         broker_config={"replica.lag.time.max.ms": "3000"},
-                         controller_config={"broker.session.timeout.ms": "6000"})
-    try:
-        kafka.start()
-        admin = kafka.admin_client()
-        futures = admin.create_topics([NewTopic(TOPIC, num_partitions=6, replication_factor=3,
-                                                config={"min.insync.replicas": "2"})])
-        futures[TOPIC].result(30)
-        del admin   # a client left alive while the cluster stops logs a refused connection every 50 ms
-        yield kafka
-    finally:
-        kafka.stop()
-    assert kafka.running_processes() == [] and kafka.leftover_process_groups() == [], \
-        "every JVM the fixture started is gone"
+def cluster(collect_cluster: KafkaCluster) -> KafkaCluster:
+    return collect_cluster
 
 
 @pytest.fixture(scope="module")
@@ -452,40 +436,3 @@ def test_the_emulator_agrees_with_this_cluster_on_a_stalled_follower(stalled_fol
         assert emulated_max == real_max, (name, real[name], emulated[name])
 
 
-
-def test_a_controlled_shutdown_is_seen_when_kafka_begins_it_not_when_the_broker_leaves(cluster: KafkaCluster,
-                                                                                         tmp_path: Path) -> None:
-    """Broker 2 restarted with SIGTERM (a controlled shutdown: Kafka moves its leaderships and takes it out of every
-    ISR, seconds before it leaves the metadata) while the collector runs. The controlled shutdown is recorded at the
-    view that shows the ISR removals, before the broker is fenced, once; its removals are the controller's (no
-    isr_shrink of broker 2, nothing for IsrThrash); it is unfenced when it is back."""
-    from confluent_kafka import ElectionType, TopicPartition
-
-    if not any(leader == 2 for leader, _ in leaders_of(cluster, TOPIC).values()):
-        admin = cluster.admin_client()
-        admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition(TOPIC, p) for p in range(6)]).result(30)
-    wait_for(lambda: any(leader == 2 for leader, _ in leaders_of(cluster, TOPIC).values()), 60,
-             "broker 2 leading a partition", lambda: str(leaders_of(cluster, TOPIC)))
-    lake = str(tmp_path / "lake")
-    collector = Collector(CollectSettings(cluster.bootstrap_servers.split(","), lake, interval_s=1.0,
-                                          timeout_s=TIMEOUT_S))
-    with Load(cluster.bootstrap_servers), Running(collector) as running:
-        wait_for(lambda: len(running.steps) >= 3, 60, "three intervals")
-        cluster.restart(2)
-        wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster).values()), 120, "the ISR to be whole again")
-        whole = len(running.steps)
-        wait_for(lambda: len(running.steps) >= whole + 2, 60, "two intervals with the ISR whole")
-    events = of_run(CLUSTER_EVENTS, lake, collector.run_id).sort_values(["ts", "seq"])
-    mine = events[events["broker_id"] == 2]
-    shutdown = mine[(mine["event_type"] == "broker_state") & (mine["cause"] == "controlled_shutdown")]
-    fenced = mine[mine["event_type"] == "fenced"]
-    unfenced = mine[mine["event_type"] == "unfenced"]
-    assert len(shutdown) == 1 and len(fenced) == 1 and len(unfenced) == 1, mine[["ts", "event_type", "cause"]]
-    assert shutdown["ts"].iloc[0] < fenced["ts"].iloc[0] < unfenced["ts"].iloc[0]
-    removals = events[events["event_type"].isin(["isr_shrink", "isr_change_controller"])]
-    removed_2 = removals[removals["detail"].map(
-        lambda d: 2 in json.loads(d).get("removed", []) or 2 in set(json.loads(d).get("previous_isr", []))
-        - set(json.loads(d)["isr"]))]
-    assert len(removed_2) >= 6 and set(removed_2["event_type"]) == {"isr_change_controller"}, removed_2
-    assert set(removed_2["cause"]) == {"controlled_shutdown"}
-    assert removed_2["ts"].min() == shutdown["ts"].iloc[0], "seen in the view that shows the removals"
