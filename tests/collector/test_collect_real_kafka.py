@@ -1,8 +1,9 @@
 """`isrwatch collect` against a real Kafka 4.3 cluster (testing/kafka/), through validate and the alerts job.
 
 The cluster is the package's (tests/collector/conftest.py's collect_cluster): 1 controller + 3 brokers on loopback,
-replica.lag.time.max.ms 3 s so a stalled follower leaves the ISR within seconds. The collector runs in a thread while the test stalls and kills
-brokers; then the pipeline runs available-now over what it wrote, and the assertions read gold.alert_events.
+replica.lag.time.max.ms 3 s so a stalled follower leaves the ISR within seconds. The collector runs in a thread
+while the test stalls and kills brokers; then the pipeline runs available-now over what it wrote, and the
+assertions read gold.alert_events.
 """
 
 from __future__ import annotations
