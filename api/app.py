@@ -17,6 +17,7 @@ from api.response_cache import ResponseCache, ResponseCacheMiddleware
 from api.sql_limits import ClientSlots
 from api.sql_pool import SqlWorkerPool
 from foundation.settings import PipelineSettings
+from lakehouse_read.freshness import Freshness
 from lakehouse_read.reader import LakehouseReader
 from pipelines.silence_store import SilenceStore
 from pipelines.slo_config import load_slos
@@ -69,6 +70,7 @@ def create_app(settings: PipelineSettings) -> FastAPI:
                               "partition state and read-only SQL over the isrwatch lakehouse.")
     app.state.settings = api
     app.state.reader = LakehouseReader(settings.lakehouse, refresh_s=api.refresh.total_seconds())
+    app.state.freshness = Freshness(settings.lakehouse, settings.checkpoint_root)
     app.state.silences = SilenceStore(settings.lakehouse, refresh_s=api.refresh.total_seconds())
     app.state.slos = load_slos(settings.slo.specs)
     app.state.responses = ResponseCache()

@@ -3,7 +3,7 @@
 GET /                                        the index of dashboards
 GET /dashboards/{page}                       overview, isr-heatmap, topics, slos, posture
 GET /dashboards/topics/{topic}               one topic
-GET /api/v1/dashboards/{page}/figures        {"version", "scope", "figures"}; `since=<version>` → no figures
+GET /api/v1/dashboards/{page}/figures        {"version", "scope", "notices", "figures"}; `since=<version>` → no figures
 GET /api/v1/dashboards/topics/{topic}/figures
 GET /static/plotly.min.js                    the installed plotly package's copy (no CDN: hosts may be offline)
 
@@ -20,7 +20,7 @@ from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.concurrency import iterate_in_threadpool, run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, Response, StreamingResponse
 
-from api.deps import current_settings, get_reader, require_read
+from api.deps import current_settings, get_freshness, get_reader, require_read
 from api.page_keeper import app_page_keeper
 from dashboards.html import ServedLinks, failed_tail, plotly_js_path
 from dashboards.pages import (
@@ -72,9 +72,11 @@ async def _html(request: Request, reader: LakehouseReader, settings: ApiSettings
     """The page's head at once, then the rest when its figures are computed: a browser opening the page fetches
     and compiles plotly.js meanwhile instead of after."""
     refresh = settings.dashboard_refresh.total_seconds() if refresh_seconds is None else refresh_seconds
+    freshness = get_freshness(request)
     try:
-        head, rest = await run_in_threadpool(page_parts, reader, page, params, links=_links(request, params),
-                                             refresh_seconds=refresh)
+        head, rest = await run_in_threadpool(lambda: page_parts(reader, page, params, links=_links(request, params),
+                                                                refresh_seconds=refresh,
+                                                                notices=freshness.warnings()))
     except (UnknownPage, UnknownTopic) as e:
         raise HTTPException(404, str(e)) from None
     _opened(request, page, params)
@@ -102,7 +104,7 @@ def _opened(request: Request, page: str, params: DashboardParams) -> None:
 def _figures(request: Request, reader: LakehouseReader, page: str, params: DashboardParams,
              since: str | None) -> Response:
     try:
-        payload = page_payload_json(reader, page, params, since=since)
+        payload = page_payload_json(reader, page, params, since=since, notices=get_freshness(request).warnings())
     except (UnknownPage, UnknownTopic) as e:
         raise HTTPException(404, str(e)) from None
     _opened(request, page, params)
@@ -113,7 +115,8 @@ def _figures(request: Request, reader: LakehouseReader, page: str, params: Dashb
 def index(request: Request, reader: ReaderDep, cluster: ClusterQuery = None,
           window_minutes: WindowQuery = None) -> HTMLResponse:
     params = _params(cluster, window_minutes)
-    return HTMLResponse(render_index(reader, params, links=_links(request, params)))
+    return HTMLResponse(render_index(reader, params, links=_links(request, params),
+                                     notices=get_freshness(request).warnings()))
 
 
 @router.get("/dashboards/topics/{topic}", response_class=HTMLResponse, summary="One topic's dashboard")

@@ -12,12 +12,18 @@ from fastapi import Request
 
 from api.errors import ApiError
 from foundation.settings import ApiSettings
+from lakehouse_read.freshness import Freshness
 from lakehouse_read.reader import LakehouseReader
 
 
 async def get_reader(request: Request) -> LakehouseReader:
     reader: LakehouseReader = request.app.state.reader
     return reader
+
+
+def get_freshness(request: Request) -> Freshness:
+    freshness: Freshness = request.app.state.freshness
+    return freshness
 
 
 def get_settings(request: Request) -> ApiSettings:

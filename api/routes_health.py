@@ -1,5 +1,5 @@
-"""GET /healthz (the process answers) and GET /readyz (the lakehouse is reachable and holds the tables the
-API serves)."""
+"""GET /healthz (the process answers), GET /readyz (the lakehouse is reachable and holds the tables the API serves)
+and GET /api/v1/freshness (how far the pipeline's queries are behind bronze: lakehouse_read/freshness.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from api.deps import get_reader
+from api.deps import get_freshness, get_reader, require_read
 from api.page_keeper import app_page_keeper
+from lakehouse_read.freshness import BEHIND_AFTER_S, Freshness
 from lakehouse_read.reader import LakehouseReader
 
 router = APIRouter(tags=["health"])
@@ -37,4 +38,16 @@ def readyz(request: Request, reader: Annotated[LakehouseReader, Depends(get_read
     prebuild = ({"prebuild": "off"} if keeper is None else
                 {"prebuild": "on", "passes": keeper.passes, "pages_built": keeper.builds,
                  "last_pass_built": keeper.last_pass_built})
-    return {"status": "ready", "lakehouse": reader.root, "tables": reader.tables(), "dashboards": prebuild}
+    behind = [r.reader.name for r in get_freshness(request).readers() if r.status != "current"]
+    return {"status": "ready", "lakehouse": reader.root, "tables": reader.tables(), "dashboards": prebuild,
+            "behind": behind}
+
+
+@router.get("/api/v1/freshness", summary="How far the pipeline's queries are behind bronze",
+            dependencies=[Depends(require_read)],
+            description="Per query that reads bronze (validate, the alert lane): `current`, `behind` (more than "
+                        f"{BEHIND_AFTER_S:g} s), `not started` or `unreadable`, and per bronze table the commits it "
+                        "has not taken and since when. `notices`: what the dashboards say about it.")
+def freshness(freshness: Annotated[Freshness, Depends(get_freshness)]) -> dict[str, Any]:
+    readers = freshness.readers()
+    return {"queries": [r.as_json() for r in readers], "notices": [s for r in readers if (s := r.sentence())]}

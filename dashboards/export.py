@@ -8,6 +8,7 @@ their figures, so nothing is fetched from a server or a CDN.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 
 from dashboards import data
@@ -18,18 +19,19 @@ from lakehouse_read.reader import LakehouseReader
 
 
 def export_pages(reader: LakehouseReader, out_dir: str | Path, cluster: str | None = None,
-                 window_minutes: int | None = None) -> list[Path]:
+                 window_minutes: int | None = None, notices: Sequence[str] = ()) -> list[Path]:
     """Write the index, every page and one page per topic into `out_dir` (created if missing), plus
-    plotly.min.js. Returns the files written, index.html first."""
+    plotly.min.js; each says `notices` (what it cannot show). Returns the files written, index.html first."""
     out = Path(out_dir)
     params = DashboardParams(cluster=cluster, window_minutes=window_minutes)
     # Fail on a bad window before writing anything.
     scope = resolve_scope(reader, cluster, window_minutes)
     out.mkdir(parents=True, exist_ok=True)
     links = StaticLinks()
-    pages: list[tuple[str, str]] = [("index.html", render_index(reader, params, links=links))]
-    pages += [(links.page(slug), render_page(reader, slug, params, links=links)) for slug in PAGES]
-    pages += [(topic_file_name(topic), render_page(reader, f"{TOPIC_PREFIX}{topic}", params, links=links))
+    pages: list[tuple[str, str]] = [("index.html", render_index(reader, params, links=links, notices=notices))]
+    pages += [(links.page(slug), render_page(reader, slug, params, links=links, notices=notices)) for slug in PAGES]
+    pages += [(topic_file_name(topic), render_page(reader, f"{TOPIC_PREFIX}{topic}", params, links=links,
+                                                   notices=notices))
               for topic in data.topic_names(reader, scope)]
     written = []
     for name, html in pages:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -37,6 +38,8 @@ header nav a:hover{color:#fff}
 header nav a.current{color:#fff;border-bottom-color:#f0a500}
 header .scope{margin-left:auto;font-size:13px;color:#d1d5db;text-align:right}
 .status{display:block;font-size:12px;color:#9ca3af}.status.error{color:#fca5a5}
+#isrwatch-notices p{margin:0 0 10px;padding:8px 12px;border-radius:8px;background:#fef3c7;color:#78350f;
+border:1px solid #f59e0b;font-size:14px}
 main{max-width:1400px;margin:0 auto;padding:16px 20px 40px}
 h1{font-size:22px;margin:8px 0 4px}
 p.lead{margin:0 0 14px;color:#4b5563}
@@ -160,6 +163,18 @@ SCRIPT = """
     status.className = failed ? "status error" : "status";
   }
 
+  // What the page cannot show (a pipeline behind bronze): said on every poll, whether the figures changed or not.
+  function showNotices(notices) {
+    var box = document.getElementById("isrwatch-notices");
+    if (!box) { return; }
+    box.textContent = "";
+    notices.forEach(function (text) {
+      var p = document.createElement("p");
+      p.textContent = text;
+      box.appendChild(p);
+    });
+  }
+
   isrwatch.drawn().then(function (drawn) { window.isrwatchRendered = drawn; });
   if (!config.figuresUrl || !(config.refreshMs > 0)) { return; }
 
@@ -171,6 +186,7 @@ SCRIPT = """
         return response.json();
       })
       .then(function (payload) {
+        showNotices(payload.notices || []);
         if (payload.version === version) { return null; }
         return isrwatch.redraw(payload.figures).then(function () {
           version = payload.version;
@@ -300,9 +316,9 @@ def document_head(*, title: str, links: Links) -> str:
 
 
 def body_start(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], scope_text: str, status_text: str,
-               controls: str, body: str, links: Links) -> str:
+               controls: str, body: str, links: Links, notices: Sequence[str] = ()) -> str:
     """The body up to its figures (after `document_head`). `nav` is (label, href, current); `body` is trusted
-    HTML placed before the figures."""
+    HTML placed before the figures; `notices` (text) are shown above everything: what the page cannot show."""
     current_class = ' class="current"'
     nav_html = "".join(f'<a href="{escape(href)}"{current_class if current else ""}>{escape(label)}</a>'
                        for label, href, current in nav)
@@ -314,6 +330,7 @@ def body_start(*, heading: str, lead: str, nav: list[tuple[str, str, bool]], sco
 <span id="isrwatch-status" class="status">{escape(status_text)}</span></div>
 </header>
 <main>
+<div id="isrwatch-notices" role="alert">{"".join(f"<p>{escape(n)}</p>" for n in notices)}</div>
 <h1>{escape(heading)}</h1>
 <p class="lead">{escape(lead)}</p>
 {controls}

@@ -10,7 +10,7 @@ causes one redraw too many, never a missed one.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from html import escape
 from typing import Any
@@ -254,20 +254,22 @@ def keep_built(reader: LakehouseReader, path: str, params: DashboardParams | Non
 
 
 def page_payload_json(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
-                      since: str | None = None) -> str:
-    """`{"version", "scope", "figures": {id: figure}}` of a page as JSON text (the figures are kept as text);
-    `figures` is empty when `since` is the current version (the client already shows it). Raises
-    UnknownPage, UnknownTopic, and ValueError/TypeError for a bad window."""
+                      since: str | None = None, notices: Sequence[str] = ()) -> str:
+    """`{"version", "scope", "notices", "figures": {id: figure}}` of a page as JSON text (the figures are kept as
+    text); `figures` is empty when `since` is the current version (the client already shows it); `notices` are
+    always there (what the page cannot show now, lakehouse_read/freshness.py). Raises UnknownPage, UnknownTopic, and
+    ValueError/TypeError for a bad window."""
     found, topic, scope, token = _resolve(reader, page, params or DashboardParams())
     figures = () if since == token else _figures(reader, found, topic, scope, token)
     body = ",".join(f"{json.dumps(fid)}:{figure.text}" for fid, figure in figures)
-    return f'{{"version":{json.dumps(token)},"scope":{json.dumps(_scope_json(scope))},"figures":{{{body}}}}}'
+    return (f'{{"version":{json.dumps(token)},"scope":{json.dumps(_scope_json(scope))},'
+            f'"notices":{json.dumps(list(notices))},"figures":{{{body}}}}}')
 
 
 def page_payload(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
-                 since: str | None = None) -> dict[str, Any]:
+                 since: str | None = None, notices: Sequence[str] = ()) -> dict[str, Any]:
     """`page_payload_json` as values."""
-    value: dict[str, Any] = json.loads(page_payload_json(reader, page, params, since=since))
+    value: dict[str, Any] = json.loads(page_payload_json(reader, page, params, since=since, notices=notices))
     return value
 
 
@@ -285,20 +287,21 @@ def _scope_text(scope: Scope) -> str:
 
 
 def render_page(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
-                links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS) -> str:
+                links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+                notices: Sequence[str] = ()) -> str:
     """The HTML of a page. Served (default links) it polls its figures every `refresh_seconds` (0: never);
     with `StaticLinks` it is a standalone file. Raises like `page_payload`."""
-    head, rest = page_parts(reader, page, params, links=links, refresh_seconds=refresh_seconds)
+    head, rest = page_parts(reader, page, params, links=links, refresh_seconds=refresh_seconds, notices=notices)
     return head + "".join(rest())
 
 
 def page_parts(reader: LakehouseReader, page: str, params: DashboardParams | None = None, *,
-               links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS
-               ) -> tuple[str, Callable[[], Iterator[str]]]:
+               links: Links | None = None, refresh_seconds: float = DEFAULT_REFRESH_SECONDS,
+               notices: Sequence[str] = ()) -> tuple[str, Callable[[], Iterator[str]]]:
     """A page as its head, which needs no figures (so a server can send it at once), and a function giving
     the rest in parts: the body up to the figures, then each figure (with the script drawing it) as soon as it
-    is built, then the end. What would make the page a 404 (an unknown page or topic, a bad window) raises
-    here, before anything is sent."""
+    is built, then the end. `notices` are said above the figures. What would make the page a 404 (an unknown
+    page or topic, a bad window) raises here, before anything is sent."""
     if refresh_seconds < 0:
         raise ValueError(f"refresh_seconds must be >= 0, got {refresh_seconds}")
     params = params or DashboardParams()
@@ -318,7 +321,7 @@ def page_parts(reader: LakehouseReader, page: str, params: DashboardParams | Non
             heading=heading, lead=found.description, nav=_nav(links, found.slug), scope_text=_scope_text(scope),
             status_text=_status_text(served, figures_url, refresh_seconds),
             controls=controls_form(params.cluster, scope.window_minutes) if served else "",
-            body=found.body(reader, scope, links) if found.body else "", links=links)
+            body=found.body(reader, scope, links) if found.body else "", links=links, notices=notices)
         for fid, figure in _figures(reader, found, topic, scope, token):
             yield figure_section(fid, figure)
         yield body_end(version=token, scope=_scope_json(scope), figures_url=figures_url,
@@ -328,7 +331,7 @@ def page_parts(reader: LakehouseReader, page: str, params: DashboardParams | Non
 
 
 def render_index(reader: LakehouseReader, params: DashboardParams | None = None, *,
-                 links: Links | None = None) -> str:
+                 links: Links | None = None, notices: Sequence[str] = ()) -> str:
     """The landing page: every dashboard page, and the cluster's topics."""
     params = params or DashboardParams()
     links = links or ServedLinks(query=params.query())
@@ -342,7 +345,7 @@ def render_index(reader: LakehouseReader, params: DashboardParams | None = None,
                          nav=_nav(links, ""), scope_text=_scope_text(scope),
                          status_text="" if served else "exported snapshot",
                          controls=controls_form(params.cluster, scope.window_minutes) if served else "", body=body,
-                         links=links)
+                         links=links, notices=notices)
             + body_end(version="", scope=_scope_json(scope), figures_url=None, refresh_seconds=0))
 
 

@@ -7,6 +7,7 @@ import functools
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -230,7 +231,12 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
     log.info(f"isrwatch pipeline: {len(running)} queries ({', '.join(j.name for j in running)}), lakehouse "
              f"{settings.lakehouse}")
     started = time.monotonic()
-    outcome = _watch(running, args, started)
+    notices = None
+    if settings.validate_.trigger == "live":   # an available-now run is a catch-up: behind until it ends, by design
+        from lakehouse_read.freshness import Freshness
+
+        notices = Freshness(settings.lakehouse, settings.checkpoint_root).warnings
+    outcome = _watch(running, args, started, notices=notices)
     try:
         for job in running:
             stop_between_batches(job.query)  # a batch cut short is replayed on restart; its writes are idempotent
@@ -252,10 +258,11 @@ def _run(spark: Any, settings: Any, jobs: list[str], args: argparse.Namespace, p
     return 1 if failed else 0
 
 
-def _watch(running: list[Job], args: argparse.Namespace, started: float, restarts: Restarts | None = None) -> str:
-    """Print status lines until the queries end, the duration passes, everything is idle, or Ctrl-C. A query that
-    can be restarted (the alert lane) and fails is started again, within `Restarts`; `running` then holds the new
-    one. Any other failure ends the watch."""
+def _watch(running: list[Job], args: argparse.Namespace, started: float, restarts: Restarts | None = None,
+           notices: Callable[[], list[str]] | None = None) -> str:
+    """Print status lines until the queries end, the duration passes, everything is idle, or Ctrl-C; with each,
+    a warning per `notices` (a query behind bronze). A query that can be restarted (the alert lane) and fails is
+    started again, within `Restarts`; `running` then holds the new one. Any other failure ends the watch."""
     next_status = started + args.status_every
     paths = sorted({p for j in running for p in j.paths})
     versions: dict[str, int | None] = {}
@@ -294,6 +301,8 @@ def _watch(running: list[Job], args: argparse.Namespace, started: float, restart
                 next_status += args.status_every
                 for job in running:
                     log.info(job.status_line())
+                for notice in notices() if notices is not None else ():
+                    log.warning(f"isrwatch pipeline: {notice}")
     except KeyboardInterrupt:
         log.info("isrwatch pipeline: stopping (Ctrl-C)")
         return "stopped (Ctrl-C)"

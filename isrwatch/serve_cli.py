@@ -55,6 +55,7 @@ def main_serve(args: argparse.Namespace) -> int:
 
 def main_dashboards(args: argparse.Namespace) -> int:
     from dashboards.export import export_pages
+    from lakehouse_read.freshness import Freshness
     from lakehouse_read.reader import LakehouseReader
 
     try:
@@ -66,7 +67,10 @@ def main_dashboards(args: argparse.Namespace) -> int:
         log.error("isrwatch dashboards: --window-minutes must be > 0")
         return 2
     settings.use_storage()
+    notices = Freshness(settings.lakehouse, settings.checkpoint_root).warnings()
+    for notice in notices:
+        log.warning(f"isrwatch dashboards: {notice}")
     written = export_pages(LakehouseReader(settings.lakehouse), args.out, cluster=args.cluster,
-                           window_minutes=args.window_minutes)
+                           window_minutes=args.window_minutes, notices=notices)
     print(f"isrwatch dashboards: wrote {len(written)} files to {args.out}")
     return 0

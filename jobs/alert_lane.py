@@ -41,6 +41,7 @@ from foundation.bronze_log import NAME, BronzeLogReader, BronzeLogSource, store_
 from foundation.delta_io import open_table
 from foundation.logs import logger
 from foundation.settings import PipelineSettings, spark_interval
+from foundation.streaming_checkpoint import ALERT_LANE_CHECKPOINT, last_committed_batch
 from jobs.alert_recorder import BackgroundRecorder
 from jobs.alert_stage import LANE, SOURCE_COLUMNS, AlertStage, build_stage, settle_owners, used_tables
 from jobs.driver_checks import check_union_on_driver, fold_checked, new_driver_context
@@ -188,8 +189,8 @@ def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tabl
     last committed offsets: where the lane starts the first time, so the rules it takes over continue where validate
     left them. A Delta source's offset names its table by id (`reservoirId`), which is how they are told apart."""
     files = HadoopFiles(spark)
-    committed = [int(n) for n in files.names(f"{checkpoint}/commits") if n.isdigit()]
-    if not committed:
+    committed = last_committed_batch(files.names(f"{checkpoint}/commits"))
+    if committed is None:
         return {}
     ids: dict[str, str] = {}
     for td in tables:
@@ -197,7 +198,7 @@ def validate_position(spark: SparkSession, checkpoint: str, lakehouse: str, tabl
         if table is not None:
             ids[str(table.metadata().id)] = td.name
     position = {}
-    for offset in offset_log_entry(files, f"{checkpoint}/offsets/{max(committed)}")[1]:
+    for offset in offset_log_entry(files, f"{checkpoint}/offsets/{committed}")[1]:
         name = ids.get(str((offset or {}).get("reservoirId")))
         if name is None:
             continue
@@ -225,7 +226,7 @@ def start_alert_lane(spark: SparkSession, settings: PipelineSettings, validate_c
                         webhooks=a.webhooks, driver_max_rows=a.driver_max_rows,
                         maintain_every_batches=a.maintain_every_batches, log=log)
     tables = lane_tables()
-    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/alert_lane"
+    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{ALERT_LANE_CHECKPOINT}"
     v = settings.validate_
     store = object_store.current() if object_store.is_object_store(settings.lakehouse) else None
     log_ = LaneLog(HadoopFiles(spark), checkpoint,

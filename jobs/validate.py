@@ -42,6 +42,7 @@ from foundation.batch_appender import BatchAppender
 from foundation.logs import configure, logger
 from foundation.settings import PipelineSettings, SettingsError, spark_interval
 from foundation.spool import Spool
+from foundation.streaming_checkpoint import VALIDATE_CHECKPOINT
 from jobs import driver_signals
 from jobs.alert_lane import RunningLane, start_alert_lane
 from jobs.delta_tables import (
@@ -336,7 +337,7 @@ def start_validation(spark: SparkSession, settings: PipelineSettings,
             check_schema(td, td.path(settings.lakehouse))
     create_sinks_if_missing((DQ_RUNS, *(t[x.name] for x in tables for t in (SILVER_TABLES, QUARANTINE_TABLES))),
                             settings.lakehouse)
-    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/validate/union"
+    checkpoint = f"{settings.checkpoint_root.rstrip('/')}/{VALIDATE_CHECKPOINT}"
     starting = continue_from_per_table_checkpoints(spark, settings.checkpoint_root, checkpoint,
                                                    [td.name for td in tables], log)
     validator = UnionValidator(spark, settings, tables, log=log, on_steps=on_steps)

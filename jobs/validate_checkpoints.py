@@ -11,15 +11,18 @@ emulator's appends are idempotent, so it writes none).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 from pyspark.sql import SparkSession
 
-BASE_INDEX = -1                 # Delta source offset: before the first file of the version
-END_INDEX = 2**63 - 1 - 100     # Delta source offset: after the last file of the version (Long.MaxValue - 100)
+from foundation.streaming_checkpoint import (
+    BASE_INDEX,
+    first_unread_version,
+    last_committed_batch,
+    parse_offset_log_entry,
+)
 
 
 class CheckpointMigrationError(Exception):
@@ -79,24 +82,18 @@ class HadoopFiles:
 
 
 def offset_log_entry(files: HadoopFiles, path: str) -> tuple[dict[str, Any], list[Any]]:
-    """(the batch's metadata, one offset per source, in the query's source order) from a file of a streaming query's
-    offset log: 'v1', the metadata, then one line per source ('-' for a source without an offset yet)."""
-    lines = files.read(path).splitlines()
-    if not lines or lines[0] != "v1" or len(lines) < 2:
-        raise ValueError(f"{path}: not an offset log entry Spark 4 writes (first line 'v1', then the metadata)")
-    return json.loads(lines[1]), [None if line == "-" else json.loads(line) for line in lines[2:]]
+    """(the batch's metadata, one offset per source) from a file of a streaming query's offset log."""
+    return parse_offset_log_entry(files.read(path), path)
 
 
 def next_version(offset: dict[str, Any], where: str) -> int | None:
-    """The first bronze version not fully processed at a committed Delta source offset (None: all of it)."""
-    version, index = int(offset["reservoirVersion"]), int(offset["index"])
-    if index >= END_INDEX:
-        return version + 1
-    if index == BASE_INDEX:
-        # At the start of an initial snapshot nothing was read yet: read everything.
-        return None if offset.get("isStartingVersion") else version
+    """The first bronze version not fully processed at a committed Delta source offset (None: all of it). An offset
+    inside a version cannot be carried over."""
+    version = first_unread_version(offset)
+    if version is None or int(offset["index"]) == BASE_INDEX or version > int(offset["reservoirVersion"]):
+        return version
     raise CheckpointMigrationError(
-        f"{where}: the old validate query stopped inside bronze version {version} (file {index}); run the "
+        f"{where}: the old validate query stopped inside bronze version {version} (file {offset['index']}); run the "
         "earlier isrwatch's validate until it has caught up, then start this one")
 
 
@@ -110,10 +107,10 @@ def continue_from_per_table_checkpoints(spark: SparkSession, checkpoint_root: st
     starting = {}
     for name in tables:
         old = f"{checkpoint_root.rstrip('/')}/validate/{name}"
-        committed = [int(n) for n in files.names(f"{old}/commits") if n.isdigit()]
-        if not committed:
+        committed = last_committed_batch(files.names(f"{old}/commits"))
+        if committed is None:
             continue
-        offset = offset_log_entry(files, f"{old}/offsets/{max(committed)}")[1][0]  # the old query had one source
+        offset = offset_log_entry(files, f"{old}/offsets/{committed}")[1][0]  # the old query had one source
         version = None if offset is None else next_version(offset, old)
         if version is not None:
             starting[name] = version

@@ -184,3 +184,22 @@ def test_webhook_receiver_prints_verifies_and_rejects(secret: str | None, signed
         printer.server.server_close()
     assert out.getvalue().startswith(line), out.getvalue()
     assert printer.received == (1 if status == 200 else 0)
+
+
+def test_every_status_line_comes_with_a_warning_per_query_behind_bronze(spark: Any, tmp_path: Path,
+                                                                          caplog: Any) -> None:
+    """A live pipeline says, with its status lines, what lakehouse_read/freshness.py finds: a query behind bronze."""
+    caplog.set_level(logging.INFO, logger="isrwatch")
+    query = _rate_query(spark, tmp_path, "healthy", fails=False)
+    job = Job("validate", query, STATS, ())
+    job.status_line = lambda: "validate: status"  # type: ignore[method-assign]
+    args = argparse.Namespace(duration=1.5, stop_when_idle=None, status_every=0.4)
+    try:
+        outcome = _watch([job], args, time.monotonic(), notices=lambda: ["validate is 5 min behind bronze: …"])
+    finally:
+        query.stop()
+    messages = [(r.levelname, r.getMessage()) for r in caplog.records]
+    statuses = [m for m in messages if m[1] == "validate: status"]
+    warnings = [m for m in messages if m[1] == "isrwatch pipeline: validate is 5 min behind bronze: …"]
+    assert outcome == "stopped after --duration" and len(statuses) >= 1
+    assert {level for level, _ in warnings} == {"WARNING"} and len(warnings) == len(statuses)

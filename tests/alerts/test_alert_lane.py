@@ -29,12 +29,13 @@ from foundation.bronze_log import BronzeLogReader
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import open_table, read_rows
 from foundation.settings import load_settings
+from foundation.streaming_checkpoint import END_INDEX
 from jobs.alert_lane import HandedOver, LaneBatches, lane_tables, validate_position
 from jobs.alert_recorder import RecordFailed
 from jobs.alert_stage import SOURCE_COLUMNS, build_stage, settle_owners
 from jobs.lane_log import LaneLog, LaneLogError
 from jobs.validate import RunningValidation, start_validation
-from jobs.validate_checkpoints import END_INDEX, HadoopFiles
+from jobs.validate_checkpoints import HadoopFiles
 from pipelines.alert_config import LANE_TABLES, load_alert_config, split_by_layer
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfig, AlertConfigError, parse_alert_config

@@ -4,7 +4,9 @@ saved under test-artifacts/screenshots/; and a page redraws new data without a r
 
 from __future__ import annotations
 
+import os
 import shutil
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -91,7 +93,8 @@ def test_each_dashboard_draws_its_plots_with_data(browser: Any, server: str, nam
     assert sum(p["points"] > 0 for p in plots) == len(plots), plots
 
 
-def test_a_page_redraws_new_data_without_a_reload(browser: Any, api_lake: str, tmp_path: Path) -> None:
+def test_a_page_redraws_new_data_and_says_validate_fell_behind_without_a_reload(browser: Any, api_lake: str,
+                                                                                tmp_path: Path) -> None:
     lake = str(shutil.copytree(api_lake, tmp_path / "lakehouse"))
     proc, url = serve(lake, Path(lake).parent)
     try:
@@ -112,6 +115,17 @@ def test_a_page_redraws_new_data_without_a_reload(browser: Any, api_lake: str, t
         assert page.evaluate("window.__notReloaded") is True
         later = (newest + timedelta(seconds=1)).strftime("%H:%M:%S")
         assert later not in scope_before and later in page.inner_text("#isrwatch-scope")
+        # A bronze commit validate has not taken, written two minutes ago: the page says so at its next refresh.
+        assert page.inner_text("#isrwatch-notices") == ""
+        bronze = f"{lake}/bronze/partition_state"
+        write_deltalake(bronze, DeltaTable(bronze).to_pyarrow_table().slice(0, 1), mode="append")
+        commit = Path(bronze) / "_delta_log" / f"{DeltaTable(bronze).version():020d}.json"
+        os.utime(commit, (time.time() - 120, time.time() - 120))
+        page.wait_for_function("document.getElementById('isrwatch-notices').textContent.includes('validate is')",
+                               timeout=30_000)
+        notice = page.inner_text("#isrwatch-notices")
+        assert "behind bronze: 1 commit of bronze.partition_state not taken since" in notice, notice
+        assert page.evaluate("window.__notReloaded") is True
         assert errors == []
         page.close()
     finally:

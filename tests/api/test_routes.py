@@ -51,6 +51,11 @@ def test_health_and_readiness(client: TestClient, tmp_path: Any) -> None:
     # Sorted by name, as on an object store (where the reader probes each table isrwatch defines).
     assert ready.json()["tables"] == sorted(ready.json()["tables"]) and "bronze.runs" in ready.json()["tables"]
     assert ready.json()["dashboards"]["prebuild"] == "on"
+    # The pipeline ran to the end of bronze: validate's and the lane's checkpoints say so (lakehouse_read/freshness.py).
+    assert ready.json()["behind"] == []
+    queries = client.get("/api/v1/freshness").json()["queries"]
+    assert [(q["query"], q["status"], q["tables"]) for q in queries] == [("validate", "current", []),
+                                                                        ("alert lane", "current", [])]
     with TestClient(create_app(api_settings(str(tmp_path)))) as empty:
         r = empty.get("/readyz")
     assert r.status_code == 503

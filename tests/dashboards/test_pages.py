@@ -56,7 +56,7 @@ def test_an_unchanged_lakehouse_keeps_the_version_and_sends_no_figures_to_a_clie
     reader = LakehouseReader(lake_copy, refresh_s=0)
     first = page_payload(reader, "overview")
     again = page_payload(reader, "overview", since=first["version"])
-    assert again == {"version": first["version"], "scope": first["scope"], "figures": {}}
+    assert again == {"version": first["version"], "scope": first["scope"], "notices": [], "figures": {}}
     write(lake_copy, SILVER_TABLES["partition_state"],
           [{"run_id": "c1", "ts": at(20), "topic": "orders", "partition": 1, "leader": 2, "replicas": [2, 3, 1],
             "isr": [2], "effective_min_isr": 2, "configured_min_isr": 2, "replica_leos": [0, 0, 0]}])

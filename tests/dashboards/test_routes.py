@@ -17,12 +17,14 @@ from api.dashboard_routes import PLOTLY_CACHE_CONTROL, router
 from dashboards.html import PLOTLY_BUNDLE, plotly_js_path
 from dashboards.pages import PAGES
 from foundation.settings import ApiSettings
+from lakehouse_read.freshness import Freshness
 from lakehouse_read.reader import LakehouseReader
 
 
 def app_over(lake: Path, **settings: object) -> FastAPI:
     app = FastAPI()
     app.state.reader = LakehouseReader(lake, refresh_s=0)
+    app.state.freshness = Freshness(str(lake), str(lake / "_checkpoints"))
     app.state.settings = ApiSettings.model_validate(settings)
     app.include_router(router)
     return app

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from deltalake import DeltaTable
 
+from foundation.streaming_checkpoint import END_INDEX
 from jobs.validate_checkpoints import (
-    END_INDEX,
     CheckpointMigrationError,
     HadoopFiles,
     continue_from_per_table_checkpoints,
