@@ -16,7 +16,7 @@ endef
 export PYSPARK_PYTHON := $(CURDIR)/$(PY)
 export PYSPARK_DRIVER_PYTHON := $(CURDIR)/$(PY)
 
-.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-intent-store bench-source-floors bench-real-alerts jars kafka-jars s3-jars venv chromium plotly-bundle clean
+.PHONY: demo demo-kafka test test-all lint bench bench-collect bench-fidelity bench-batch-sizes bench-alert-latency bench-intent-store bench-source-floors bench-catch-up bench-real-alerts jars kafka-jars s3-jars venv chromium plotly-bundle clean
 
 # pip -qq for the project itself: errors only (with -q, setuptools' note on every editable install, that
 # folders named like a package may shadow it, is printed in the middle of `make demo`).
@@ -216,6 +216,10 @@ bench-intent-store: venv s3-jars
 # The floor under that latency: a live micro-batch's rows on the driver, by the shape of validate's source (~9 min).
 bench-source-floors: venv jars
 	$(PY) bench/source_floors.py
+
+# What a micro-batch of validate's source costs N bronze commits behind, against the alert lane's log source (~15 min).
+bench-catch-up: venv jars
+	$(PY) bench/catch_up.py
 
 $(STAMPS)/prometheus:
 	@mkdir -p $(STAMPS)

@@ -37,14 +37,14 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 from pyspark.sql.types import StringType, StructField, StructType
 
 from foundation.object_store import ObjectStore, lake_filesystem
-from schemas.bronze import BRONZE_BY_NAME, REFERENCE_TABLES
+from schemas.bronze import BRONZE_BY_NAME, COMMITTED_FIRST
 from schemas.table import TableDef
 
 NAME = "isrwatch_bronze_log"
 # How long a table stays without a new commit before its log is listed to look for a gap, and then how often.
 GAP_CHECK_S = 10.0
-# How long a live poll that finds new commits of reference tables only waits for the writer's other tables.
-REFERENCE_WAIT_S = 0.5
+# How long a live poll that finds new commits only of the tables a writer commits first waits for its other tables.
+FIRST_COMMITS_WAIT_S = 0.5
 
 
 Commits = list[tuple[int, list[str]]]  # (version, its data files), oldest first
@@ -108,7 +108,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         self.target: dict[str, int] | None = None  # the last versions to read under Trigger.AvailableNow
         self._fs: tuple[pafs.FileSystem, str] | None = None
         self._idle_since: dict[str, float] = {}  # per table: since when no new commit was found (monotonic)
-        self._references_since: float | None = None  # since when only reference tables have new commits
+        self._first_commits_since: float | None = None  # since when only reference tables have new commits
 
     def _lake(self) -> tuple[pafs.FileSystem, str]:
         """The lakehouse's file system and root on it, made on first use (the reader is pickled to Spark's worker)."""
@@ -120,7 +120,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         return td.path(self._lake()[1])
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_fs": None, "_idle_since": {}, "_references_since": None}
+        return {**self.__dict__, "_fs": None, "_idle_since": {}, "_first_commits_since": None}
 
     def prepareForTriggerAvailableNow(self) -> None:
         fs = self._lake()[0]
@@ -131,7 +131,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def read(self, start: dict[str, int]) -> tuple[Iterator[pa.RecordBatch], dict[str, int]]:
         planned = self._plan(start, None)
-        if self._hold_references(planned):
+        if self._hold_first_commits(planned):
             return iter([]), start
         end = {**start, **{td.name: commits[-1][0] for td, commits in planned if commits}}
         return iter(self._read(planned) if self.rows else []), end
@@ -183,23 +183,24 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
             planned.append((td, commits))
         return planned
 
-    def _hold_references(self, planned: list[tuple[TableDef, Commits]]) -> bool:
-        """Whether a live poll that found new commits of reference tables only (schemas.bronze.REFERENCE_TABLES) plans
-        no batch yet. A writer commits a batch's reference rows first and its other tables ~50-100 ms later
-        (foundation/bronze_sink.py): a micro-batch started on the reference commits alone makes the others wait for it,
-        then for their own (in bench/alert_latency.py, half the lane's delay). Reference rows alone change no alert
-        (they are the other rows' context), so the poll waits for the rest, at most `REFERENCE_WAIT_S`. Under
-        Trigger.AvailableNow nothing waits."""
+    def _hold_first_commits(self, planned: list[tuple[TableDef, Commits]]) -> bool:
+        """Whether a live poll that found new commits only of the tables a writer commits first
+        (schemas.bronze.COMMITTED_FIRST: the reference tables, the events) plans no batch yet. A writer commits those
+        one by one and its other tables ~50-100 ms later (foundation/bronze_sink.py): a micro-batch started on the
+        first commits alone makes the others wait for it, then for their own (in bench/alert_latency.py, half the
+        lane's delay). So the poll waits for the rest, at most `FIRST_COMMITS_WAIT_S`: an interval's events then
+        reach the engine with its states or before them, never after (a controlled shutdown known before the ISR
+        shrink it causes is evaluated). Under Trigger.AvailableNow nothing waits."""
         new = {td.name for td, commits in planned if commits}
-        if self.target is not None or not new or not new <= set(REFERENCE_TABLES):
-            self._references_since = None
+        if self.target is not None or not new or not new <= set(COMMITTED_FIRST):
+            self._first_commits_since = None
             return False
         now = time.monotonic()
-        if self._references_since is None:
-            self._references_since = now
-        if now - self._references_since < REFERENCE_WAIT_S:
+        if self._first_commits_since is None:
+            self._first_commits_since = now
+        if now - self._first_commits_since < FIRST_COMMITS_WAIT_S:
             return True
-        self._references_since = None
+        self._first_commits_since = None
         return False
 
     def _oldest(self, path: str) -> int:

@@ -19,7 +19,7 @@ from deltalake.exceptions import TableNotFoundError
 from foundation.delta_checksum import write_with_checksum
 from foundation.delta_io import KeptTable, compact_and_checkpoint
 from foundation.object_store import storage_options
-from schemas.bronze import REFERENCE_TABLES
+from schemas.bronze import COMMITTED_FIRST
 from schemas.table import TableDef
 
 
@@ -86,12 +86,12 @@ class DeltaSink:
             if td.name not in self._written:
                 self._written[td.name] = self.written_version(td)
         due = [td for td in sorted(tables, key=write_order) if self._written[td.name] < batch_id]
-        # The reference tables commit first, one by one: a reader that sees a batch's rows in any other table
-        # finds its run and topics already there. The others are independent tables; delta-rs writes without
-        # the GIL, so they commit side by side.
-        for td in [td for td in due if td.name in REFERENCE_TABLES]:
+        # The reference tables and the events commit first, one by one (schemas.bronze.COMMITTED_FIRST): a reader that
+        # sees a batch's rows in any other table finds its run, topics and events already there. The others are
+        # independent tables; delta-rs writes without the GIL, so they commit side by side.
+        for td in [td for td in due if td.name in COMMITTED_FIRST]:
             self._append(td, tables[td], batch_id)
-        rest = [td for td in due if td.name not in REFERENCE_TABLES]
+        rest = [td for td in due if td.name not in COMMITTED_FIRST]
         if len(rest) > 1:
             list(_commit_pool().map(lambda td: self._append(td, tables[td], batch_id), rest))
         elif rest:
@@ -134,7 +134,7 @@ _POOL_LOCK = threading.Lock()
 
 
 def _commit_pool() -> ThreadPoolExecutor:
-    """One pool per process for every sink's side-by-side commits (at most the five non-reference tables of one
+    """One pool per process for every sink's side-by-side commits (at most the five tables not committed first of one
     batch at a time per sink): a pool per sink would leave four idle threads behind each sink ever made."""
     with _POOL_LOCK:
         if not _POOL:
@@ -143,6 +143,6 @@ def _commit_pool() -> ThreadPoolExecutor:
 
 
 def write_order(td: TableDef) -> tuple[int, str]:
-    """Reference tables (schemas.bronze.REFERENCE_TABLES) first, then by name."""
-    rank = REFERENCE_TABLES.index(td.name) if td.name in REFERENCE_TABLES else len(REFERENCE_TABLES)
+    """schemas.bronze.COMMITTED_FIRST in its order, then by name."""
+    rank = COMMITTED_FIRST.index(td.name) if td.name in COMMITTED_FIRST else len(COMMITTED_FIRST)
     return rank, td.name

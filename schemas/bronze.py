@@ -334,6 +334,9 @@ METRICS_COVERAGE = TableDef(
 # them first (a reader that sees a batch's rows in any table can also see its run and its topics) and
 # validate folds their rows into its context before the other tables of the same micro-batch.
 REFERENCE_TABLES = (RUNS.name, TOPIC_CONFIGS.name)
+# What a writer commits before the other tables of a batch, in this order: a reader that sees a batch's rows in any
+# other table finds its run, its topics and its events (why an ISR shrank: a controlled shutdown) already there.
+COMMITTED_FIRST = (*REFERENCE_TABLES, CLUSTER_EVENTS.name)
 
 BRONZE_TABLES: tuple[TableDef, ...] = (
     BROKER_METRICS, PARTITION_STATE, CLUSTER_EVENTS, TOPIC_CONFIGS, ACK_LEDGER, CONSUMER_PROGRESS, RUNS,

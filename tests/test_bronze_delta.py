@@ -91,3 +91,36 @@ def test_an_existing_table_with_other_columns_is_refused_and_kept(lakehouse: str
     assert DeltaTable(BROKER_METRICS.path(lakehouse)).to_pyarrow_table().to_pylist() == [{"run_id": "old",
                                                                                           "batch_id": 0}]
     assert not os.path.exists(RUNS.path(lakehouse))  # checked before anything of the batch was written
+
+
+def test_a_batch_commits_its_run_topics_and_events_before_its_other_tables(lakehouse: str,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reader that sees a batch's rows in any other table finds its run, topics and events already committed
+    (schemas.bronze.COMMITTED_FIRST): the lane evaluates a controlled shutdown before the ISR shrink it causes."""
+    import threading
+    from collections import defaultdict
+
+    from schemas.bronze import CLUSTER_EVENTS, COMMITTED_FIRST
+
+    steps: dict[int, list[tuple[str, str]]] = defaultdict(list)   # per batch: (begin/end, table), in time order
+    lock = threading.Lock()
+    append = DeltaSink._append
+
+    def recorded(self: DeltaSink, td, table, batch_id) -> None:  # type: ignore[no-untyped-def]
+        with lock:
+            steps[batch_id].append(("begin", td.name))
+        append(self, td, table, batch_id)
+        with lock:
+            steps[batch_id].append(("end", td.name))
+
+    monkeypatch.setattr(DeltaSink, "_append", recorded)
+    sc = parse_scenario({**SCENARIO, "flush_every_intervals": 1, "duration": "8s"}, "<test>")
+    Simulation(sc, DeltaSink(lakehouse, RUN_ID)).run()
+    assert COMMITTED_FIRST[-1] == CLUSTER_EVENTS.name
+    with_events = 0
+    for batch in steps.values():
+        firsts = [k for k, (_, n) in enumerate(batch) if n in COMMITTED_FIRST]
+        others = [k for k, (_, n) in enumerate(batch) if n not in COMMITTED_FIRST]
+        assert not firsts or not others or max(firsts) < min(others), batch
+        with_events += any(n == CLUSTER_EVENTS.name for _, n in batch) and bool(others)
+    assert len(steps) >= 8 and with_events > 0, "the crash's events were written with other tables' rows"

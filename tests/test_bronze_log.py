@@ -13,7 +13,7 @@ import pytest
 from deltalake import DeltaTable
 
 from foundation.bronze_log import BronzeLogReader, LogGapError, data_files, log_versions, spark_arrow_schema
-from schemas.bronze import BROKER_METRICS, PARTITION_STATE, RUNS
+from schemas.bronze import BROKER_METRICS, CLUSTER_EVENTS, PARTITION_STATE, RUNS
 from tests.emulated import emulate_into
 from tests.lakes import LOSE_TWO
 
@@ -157,29 +157,32 @@ def test_reads_after_a_known_version_open_each_new_commit_and_never_list_the_log
     assert len(listings) == len(TABLES)
 
 
-def test_a_live_poll_finding_only_reference_commits_waits_for_the_writers_other_tables(
+def test_a_live_poll_finding_only_the_first_commits_waits_for_the_writers_other_tables(
         lake: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The writer commits a batch's `runs` row before its other tables: a live poll that finds only that plans no batch
-    until the others land or `REFERENCE_WAIT_S` has passed; under Trigger.AvailableNow nothing waits."""
+    """The writer commits a batch's `runs` row and its events before its other tables: a live poll that finds only
+    those plans no batch until the others land or `FIRST_COMMITS_WAIT_S` has passed; under Trigger.AvailableNow
+    nothing waits."""
     from types import SimpleNamespace
 
     import foundation.bronze_log as bronze_log
 
     clock = [100.0]
     monkeypatch.setattr(bronze_log, "time", SimpleNamespace(monotonic=lambda: clock[0]))
-    tables = [RUNS, *TABLES]
+    tables = [RUNS, CLUSTER_EVENTS, *TABLES]
     newest = {td.name: log_versions(td.path(lake))[-1] for td in tables}
     runs_only_new = {**newest, RUNS.name: newest[RUNS.name] - 1}
     reader = BronzeLogReader(lake, tables, {}, 1000, rows=False)
+    events_too = {**runs_only_new, CLUSTER_EVENTS.name: newest[CLUSTER_EVENTS.name] - 1}
+    assert _read(reader, events_too) == ([], events_too)  # held: the events alone wait for the states too
     assert _read(reader, runs_only_new) == ([], runs_only_new)  # held
-    clock[0] += bronze_log.REFERENCE_WAIT_S * 0.9
+    clock[0] += bronze_log.FIRST_COMMITS_WAIT_S * 0.9
     assert _read(reader, runs_only_new) == ([], runs_only_new)  # still held
     # The writer's other tables land: one batch covers them and the reference commit.
     with_others = {**runs_only_new, PARTITION_STATE.name: newest[PARTITION_STATE.name] - 1}
     assert _read(reader, with_others) == ([], newest)
-    # Nothing follows the reference commit: planned once it has waited `REFERENCE_WAIT_S`.
+    # Nothing follows the reference commit: planned once it has waited `FIRST_COMMITS_WAIT_S`.
     assert _read(reader, runs_only_new) == ([], runs_only_new)
-    clock[0] += bronze_log.REFERENCE_WAIT_S
+    clock[0] += bronze_log.FIRST_COMMITS_WAIT_S
     assert _read(reader, runs_only_new) == ([], newest)
     # Under Trigger.AvailableNow, up to the versions that existed at its start, at once.
     reader.prepareForTriggerAvailableNow()
