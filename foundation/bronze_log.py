@@ -75,12 +75,12 @@ def log_versions(table_path: str, fs: pafs.FileSystem | None = None) -> list[int
 def data_adds(table_path: str, version: int, fs: pafs.FileSystem | None = None) -> list[dict[str, Any]]:
     """The `add` actions of commit `version` that carry new data (not compaction's), in the commit's order."""
     fs = fs or pafs.LocalFileSystem()
-    with fs.open_input_stream(_commit_path(table_path, version)) as commit:
+    with fs.open_input_stream(commit_path(table_path, version)) as commit:
         lines = commit.read().decode().splitlines()
     return [a for line in lines if line and (a := json.loads(line).get("add")) and a.get("dataChange", True)]
 
 
-def _commit_path(table_path: str, version: int) -> str:
+def commit_path(table_path: str, version: int) -> str:
     return posixpath.join(table_path, "_delta_log", f"{version:020d}.json")
 
 
@@ -208,7 +208,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
         commits being written late); 0 for no table yet."""
         fs = self._lake()[0]
         oldest = (log_versions(path, fs) or [0])[0]
-        while oldest > 0 and fs.get_file_info(_commit_path(path, oldest - 1)).type != pafs.FileType.NotFound:
+        while oldest > 0 and fs.get_file_info(commit_path(path, oldest - 1)).type != pafs.FileType.NotFound:
             oldest -= 1
         return oldest
 

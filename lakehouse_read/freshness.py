@@ -27,7 +27,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
-from foundation.bronze_log import log_versions
+from foundation.bronze_log import commit_path, log_versions
 from foundation.object_store import lake_filesystem, storage_options
 from foundation.streaming_checkpoint import (
     ALERT_LANE_CHECKPOINT,
@@ -234,16 +234,12 @@ class Freshness:
         return low
 
 
-def _commit(table: str, version: int) -> str:
-    return posixpath.join(table, "_delta_log", f"{version:020d}.json")
-
-
 def _exists(fs: pafs.FileSystem, table: str, version: int) -> bool:
-    return fs.get_file_info(_commit(table, version)).type != pafs.FileType.NotFound
+    return fs.get_file_info(commit_path(table, version)).type != pafs.FileType.NotFound
 
 
 def _written_at(fs: pafs.FileSystem, table: str, version: int) -> datetime | None:
-    info = fs.get_file_info(_commit(table, version))
+    info = fs.get_file_info(commit_path(table, version))
     return None if info.mtime is None else info.mtime.astimezone(UTC)
 
 
