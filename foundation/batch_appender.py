@@ -11,14 +11,13 @@ knows, because it made every later commit itself. A batch replayed after a crash
 and skips the write, so a restarted job neither duplicates nor drops rows.
 
 Rows the job already holds on the driver (a live batch, collected once through Arrow) are appended
-with delta-rs when the table is on a local file system or an S3-compatible store (`append_rows`): the
-same marker in the same `userMetadata` field, but no Spark job and no post-commit checkpoint job, which
-on 2 cores cost 0.4 s and 2-3 s respectively per write (a delta-rs append of a live batch takes ~10 ms;
-on a store, one conditional put per commit). Both writers speak the same Delta protocol, and on a local
-file system the delta-rs commit gets the `.crc` checksum delta-spark would have written
-(foundation/delta_checksum.py), so the table, its history and its readers do not tell them apart. On
-other file systems (hdfs://, abfss://, …) Spark writes them: it holds the credentials and file systems
-the cluster was configured with.
+with delta-rs (`append_rows`; a lakehouse is on a local file system or an S3-compatible store,
+foundation/object_store.check_root): the same marker in the same `userMetadata` field, but no Spark
+job and no post-commit checkpoint job, which on 2 cores cost 0.4 s and 2-3 s respectively per write
+(a delta-rs append of a live batch takes ~10 ms; on a store, one conditional put per commit). Both
+writers speak the same Delta protocol, and on a local file system the delta-rs commit gets the `.crc`
+checksum delta-spark would have written (foundation/delta_checksum.py), so the table, its history and
+its readers do not tell them apart.
 
 The look-back is bounded (`HISTORY_COMMITS`): a table whose last commit by this app lies further back
 than that many commits is treated as not holding the replayed batch. Only tables several queries share
@@ -29,12 +28,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
-
-from foundation.object_store import is_object_store
 
 HISTORY_COMMITS = 2000
 _MARKER = re.compile(r"^(?P<app>.+)#batch=(?P<batch>\d+)$")
@@ -46,17 +42,6 @@ def marker(app_id: str, batch_id: int) -> str:
     if batch_id < 0:
         raise ValueError(f"batch_id must be >= 0, got {batch_id}")
     return f"{app_id}#batch={batch_id}"
-
-
-def on_local_file_system(path: str) -> bool:
-    """True for a plain path or a file: URI (where delta-rs writes without any configuration)."""
-    return urlsplit(path).scheme in ("", "file")
-
-
-def delta_rs_writes(path: str) -> bool:
-    """Where the driver's appends go through delta-rs: a local file system, or an S3-compatible store (whose
-    settings foundation/object_store.py gives delta-rs)."""
-    return on_local_file_system(path) or is_object_store(path)
 
 
 def last_marked_batch(spark: SparkSession, path: str, app_id: str, history_commits: int = HISTORY_COMMITS) -> int:
@@ -78,7 +63,6 @@ class BatchAppender:
     spark: SparkSession
     app_id: str
     committed: dict[str, int] = field(default_factory=dict)  # table path -> last batch id committed
-    driver_writes: bool = True  # False: `append_rows` always goes through Spark (see validate.driver_writes)
 
     def last_committed(self, path: str) -> int:
         if path not in self.committed:
@@ -94,11 +78,9 @@ class BatchAppender:
         return True
 
     def append_rows(self, rows: pa.Table, path: str, batch_id: int) -> bool:
-        """`append` for rows already on the driver: delta-rs where it writes (`delta_rs_writes`), else Spark."""
+        """`append` for rows already on the driver, with delta-rs: no Spark job."""
         if self.last_committed(path) >= batch_id:
             return False
-        if not (self.driver_writes and delta_rs_writes(path)):
-            return self.append(self.spark.createDataFrame(rows).coalesce(1), path, batch_id)
         from deltalake import CommitProperties
 
         from foundation.delta_checksum import write_with_checksum

@@ -4,7 +4,7 @@ delta-spark writes a checksum after each of its own commits, and a Spark reader 
 version takes the table's protocol and metadata from it. Without one it replays the log with a Spark
 job: measured here, 0.17-0.36 s per new version against 0.02 s with a checksum. delta-rs writes no
 checksum, so every micro-batch of a streaming query reading a table delta-rs appends to (bronze from
-the emulator, silver with `validate.driver_writes`, the gold tables the alerts job reads) paid that.
+the emulator, silver rows checked on the driver, the gold tables the alerts job reads) paid that.
 
 `write_with_checksum` appends with delta-rs and then writes the checksum Spark would have written:
 the newest earlier checksum plus the added and removed files of every commit since (or, from version

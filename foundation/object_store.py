@@ -25,10 +25,29 @@ from urllib.parse import urlsplit
 import pyarrow.fs as pafs
 
 SCHEMES = ("s3", "s3a")
+LOCAL_SCHEMES = ("", "file")
+
+
+class UnsupportedLakehouse(ValueError):
+    """A lakehouse root on a file system isrwatch cannot read and write from every process."""
 
 
 def is_object_store(uri: str) -> bool:
     return urlsplit(uri).scheme in SCHEMES
+
+
+def check_root(uri: str) -> str:
+    """`uri` itself, if isrwatch can keep a lakehouse there: a local path (or file: URI) or an S3-compatible store.
+    Any other scheme is refused: the collector, the emulator, the alert lane and the API read and write bronze
+    and gold with delta-rs and pyarrow, which get no credentials or file system from a Spark cluster's
+    configuration, so a root only Spark could reach would leave them writing or reading nothing."""
+    scheme = urlsplit(uri).scheme
+    if scheme not in LOCAL_SCHEMES + SCHEMES:
+        raise UnsupportedLakehouse(
+            f"lakehouse {uri!r}: the {scheme}:// scheme is not supported; a lakehouse is a local path (or file:) or "
+            f"an S3-compatible store ({', '.join(s + '://' for s in SCHEMES)}), which every isrwatch process reads "
+            "and writes")
+    return uri
 
 
 @dataclass(frozen=True)
@@ -110,7 +129,7 @@ def current() -> ObjectStore:
 def lake_filesystem(uri: str, store: ObjectStore | None = None) -> tuple[pafs.FileSystem, str]:
     """pyarrow's file system for a lakehouse root (`store`, else this process's, for one on an object store) and the
     root's path on it."""
-    parts = urlsplit(uri)
+    parts = urlsplit(check_root(uri))
     if parts.scheme in SCHEMES:
         return (store or current()).pyarrow_filesystem(), f"{parts.netloc}{parts.path}".rstrip("/")
     if parts.scheme == "file":

@@ -70,7 +70,6 @@ class ValidateSettings(JobSettings):
     dedup_window: Duration = dt.timedelta(minutes=10)
     counter_lookback: Duration = dt.timedelta(minutes=2)
     driver_max_rows: int = Field(default=500_000, ge=1)  # a larger micro-batch is checked on the executors
-    driver_writes: bool = True
     vacuum_retention: Duration = dt.timedelta(hours=168)
     wait_for_tables: Duration = dt.timedelta(seconds=120)
 
@@ -183,6 +182,11 @@ class PipelineSettings(BaseModel):
     slo: SloSettings = Field(default_factory=lambda: SloSettings.model_validate({}))
     api: ApiSettings = Field(default_factory=lambda: ApiSettings.model_validate({}))
 
+    @field_validator("lakehouse", "checkpoints")
+    @classmethod
+    def _reachable_root(cls, v: str | None) -> str | None:
+        return v if v is None else object_store.check_root(v)
+
     @property
     def checkpoint_root(self) -> str:
         return self.checkpoints or f"{self.lakehouse.rstrip('/')}/_checkpoints"
@@ -200,6 +204,7 @@ REMOVED = {
     "validate.ge_engine": "one check runs where the rows are: validate.driver_max_rows (docs/validation.md)",
     "validate.ge_pandas_max_rows": "renamed validate.driver_max_rows (docs/validation.md)",
     "validate.ge_behind": "live batches always hand Great Expectations to a worker behind them (docs/validation.md)",
+    "validate.driver_writes": "rows checked on the driver are always appended with delta-rs (docs/validation.md)",
 }
 # Settings renamed when every duration became one with its unit ('120 seconds'): old key -> new key.
 RENAMED = {

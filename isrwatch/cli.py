@@ -12,6 +12,7 @@ from broker_emulator.errors import InvariantViolation, ScenarioError
 from broker_emulator.scenario import load_scenario, parse_duration_ms
 from foundation.bronze_sink import SinkSchemaError
 from foundation.logs import configure, logger
+from isrwatch.arguments import lakehouse_root
 
 log = logger("cli")
 
@@ -48,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     em.add_argument("--pace", type=_pace, default=None, metavar="fast|live|FACTOR",
                     help="fast = as fast as possible; live = virtual time follows wall time; FACTOR = x wall time")
     out = em.add_mutually_exclusive_group()
-    out.add_argument("--lakehouse", default="lakehouse", help="lakehouse root for the bronze Delta tables")
+    out.add_argument("--lakehouse", type=lakehouse_root, default="lakehouse",
+                     help="lakehouse root for the bronze Delta tables")
     out.add_argument("--no-lakehouse", action="store_true", help="simulate only, write no tables")
     em.add_argument("--summary-json", default=None, help="also write the run summary to this JSON file")
     em.add_argument("--quiet", action="store_true", help="no progress line")

@@ -11,6 +11,7 @@ from typing import Any
 
 from broker_emulator.scenario import parse_duration_ms
 from foundation.logs import logger
+from isrwatch.arguments import lakehouse_root
 
 log = logger("collect")
 
@@ -46,7 +47,8 @@ def add_collect_parser(sub: Any) -> None:
     p.add_argument("--alert-rules", default=None, metavar="FILE",
                    help="the alert rules (default conf/alerts.yaml): the warnings about a node's missing metrics name "
                         "the rules they keep from firing")
-    p.add_argument("--lakehouse", default="lakehouse", help="lakehouse root for the bronze Delta tables")
+    p.add_argument("--lakehouse", type=lakehouse_root, default="lakehouse",
+                   help="lakehouse root for the bronze Delta tables")
     p.add_argument("--state-dir", default=None,
                    help="local folder for what the collector remembers of a cluster between runs (default: the "
                         "lakehouse; required when the lakehouse is on an object store)")

@@ -13,6 +13,7 @@ from typing import Any
 
 from foundation.logs import logger
 from foundation.settings import SettingsError
+from isrwatch.arguments import lakehouse_root
 from jobs.query_restarts import Restarts, failure_reason
 
 log = logger("pipeline")
@@ -28,7 +29,7 @@ def add_pipeline_parser(sub: Any) -> None:
                           formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     run.add_argument("--jobs", default=",".join(JOBS), help=f"comma-separated jobs: {', '.join(JOBS)}")
     run.add_argument("--config", default=None, help="pipeline settings YAML (default conf/pipeline.yaml)")
-    run.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the config)")
+    run.add_argument("--lakehouse", type=lakehouse_root, default=None, help="lakehouse root (overrides the config)")
     run.add_argument("--trigger", choices=["live", "available-now"], default=None,
                      help="every job: live (micro-batches every trigger_interval) or available-now (catch up, stop)")
     run.add_argument("--tables", default=None, help="bronze tables to validate (default: the config's)")

@@ -7,6 +7,7 @@ from typing import Any
 
 from foundation.logs import logger
 from foundation.settings import SettingsError, load_settings
+from isrwatch.arguments import lakehouse_root
 
 log = logger("serve")
 
@@ -15,7 +16,8 @@ def add_serve_parsers(sub: Any) -> None:
     s = sub.add_parser("serve", help="serve the HTTP API and the dashboards",
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     s.add_argument("--config", default=None, help="settings file (default conf/pipeline.yaml)")
-    s.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the settings file)")
+    s.add_argument("--lakehouse", type=lakehouse_root, default=None,
+                   help="lakehouse root (overrides the settings file)")
     s.add_argument("--host", default=None, help="bind address (default api.host: 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="port (default api.port: 8080)")
     s.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"])
@@ -25,7 +27,8 @@ def add_serve_parsers(sub: Any) -> None:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     e.add_argument("--out", required=True, help="output folder (created if missing)")
     e.add_argument("--config", default=None, help="settings file (default conf/pipeline.yaml)")
-    e.add_argument("--lakehouse", default=None, help="lakehouse root (overrides the settings file)")
+    e.add_argument("--lakehouse", type=lakehouse_root, default=None,
+                   help="lakehouse root (overrides the settings file)")
     e.add_argument("--cluster", default=None, help="cluster (run id); default: the one with the newest data")
     e.add_argument("--window-minutes", type=int, default=None, help="time window ending at the newest data")
 

@@ -131,8 +131,7 @@ class UnionValidator:
 
     def _appender(self, name: str) -> BatchAppender:
         if name not in self.appenders:
-            self.appenders[name] = BatchAppender(self.spark, f"isrwatch-validate/{name}/{self.query_id}",
-                                                 driver_writes=self.settings.validate_.driver_writes)
+            self.appenders[name] = BatchAppender(self.spark, f"isrwatch-validate/{name}/{self.query_id}")
         return self.appenders[name]
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:

@@ -40,6 +40,27 @@ def test_a_removed_alerts_setting_is_named_with_why_it_went(tmp_path: Path, key:
         load_settings(path)
 
 
+@pytest.mark.parametrize("root", ["hdfs://nn:8020/lake", "abfss://c@a.dfs.core.windows.net/lake", "gs://b/lake"])
+@pytest.mark.parametrize("key", ["lakehouse", "checkpoints"])
+def test_a_root_only_spark_could_reach_is_refused_naming_file_key_and_scheme(tmp_path: Path, root: str,
+                                                                             key: str) -> None:
+    scheme = root.split(":")[0]
+    with pytest.raises(SettingsError, match=rf"pipeline\.yaml: {key}: '{re.escape(root)}': .*the {scheme}:// scheme "
+                                            r"is not supported; a lakehouse is a local path \(or file:\) or an "
+                                            r"S3-compatible store \(s3://, s3a://\)"):
+        _load(tmp_path, f"{key}: {root}\n")
+    with pytest.raises(SettingsError, match=rf"{key}: '{re.escape(root)}'"):  # given on a command line: the same
+        load_settings(DEFAULT_CONFIG, {key: root})
+    with pytest.raises(object_store.UnsupportedLakehouse, match=f"the {scheme}:// scheme is not supported"):
+        object_store.lake_filesystem(root)
+
+
+@pytest.mark.parametrize("root", ["lake", "/srv/lake", "file:///srv/lake", "s3://bucket/lake", "s3a://bucket/lake"])
+def test_local_and_s3_roots_are_taken(tmp_path: Path, root: str) -> None:
+    settings = _load(tmp_path, f"lakehouse: {root}\n")
+    assert settings.lakehouse == (root if "://" in root else str(Path(root).resolve()))
+
+
 def _load(tmp_path: Path, text: str) -> PipelineSettings:
     path = tmp_path / "pipeline.yaml"
     path.write_text(text)
@@ -119,3 +140,22 @@ def test_loading_settings_leaves_the_process_store_alone_until_a_job_uses_it(tmp
         assert object_store.current() == ObjectStore("http://127.0.0.1:9", "r-1", path_style=True)
     finally:
         object_store.use(before)
+
+
+def test_driver_writes_is_named_as_gone_with_why(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"validate\.driver_writes: no longer a setting \(delete it\): rows checked "
+                                            r"on the driver are always appended with delta-rs"):
+        _load(tmp_path, "validate:\n  driver_writes: false\n")
+
+
+@pytest.mark.parametrize("command", [["emulate", "--scenario", "s.yaml"], ["collect", "--bootstrap-servers", "h:9092"],
+                                     ["serve"], ["dashboards", "export", "--out", "x"], ["pipeline", "run"]])
+def test_a_command_given_a_root_only_spark_could_reach_stops_at_its_usage_naming_it(
+        command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from isrwatch.cli import build_parser
+
+    with pytest.raises(SystemExit) as stopped:
+        build_parser().parse_args([*command, "--lakehouse", "hdfs://nn:8020/lake"])
+    assert stopped.value.code == 2
+    assert ("argument --lakehouse: lakehouse 'hdfs://nn:8020/lake': the hdfs:// scheme is not supported"
+            in capsys.readouterr().err)

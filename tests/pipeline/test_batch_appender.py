@@ -8,13 +8,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
-from foundation.batch_appender import (
-    BatchAppender,
-    delta_rs_writes,
-    last_marked_batch,
-    marker,
-    on_local_file_system,
-)
+from foundation.batch_appender import BatchAppender, last_marked_batch, marker
 
 pytestmark = pytest.mark.spark
 
@@ -64,21 +58,3 @@ def test_driver_appends_carry_the_same_markers_as_spark_appends(spark: Any, tmp_
     assert _ids(path) == [0, 1, 2, 3, 4]
     markers = [r["userMetadata"] for r in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()]
     assert markers[:3] == ["validate/q1#batch=2", "validate/q1#batch=1", "validate/q1#batch=0"]
-
-
-def test_rows_on_the_driver_go_through_spark_where_delta_rs_does_not_write(spark: Any, tmp_path: Any) -> None:
-    assert on_local_file_system("/srv/lakehouse/silver/runs") and on_local_file_system("file:///srv/x")
-    assert on_local_file_system("file:/srv/x") and on_local_file_system("lakehouse/silver/runs")
-    assert not on_local_file_system("s3a://bucket/lake/silver/runs")
-    assert delta_rs_writes("s3a://bucket/lake/silver/runs") and delta_rs_writes("s3://bucket/lake")
-    assert delta_rs_writes("file:/srv/x") and delta_rs_writes("lakehouse/silver/runs")
-    assert not delta_rs_writes("hdfs://nn:8020/lake") and not delta_rs_writes("abfss://c@a.dfs/lake")
-    path = str(tmp_path / "t")
-    remote_like = BatchAppender(spark, "validate/q1", driver_writes=False)
-    rows = pa.table({"id": pa.array([7, 8], pa.int64()), "at": pa.array([0, 1], pa.timestamp("us", tz="UTC"))})
-    assert remote_like.append_rows(rows, path, 0) is True
-    assert remote_like.append_rows(rows, path, 0) is False
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
-    assert [(r["userMetadata"], r["engineInfo"].startswith("Apache-Spark")) for r in history] == [
-        ("validate/q1#batch=0", True)]
-    assert DeltaTable(path).to_pyarrow_table().sort_by("id").to_pylist() == rows.to_pylist()
