@@ -15,6 +15,7 @@ from api.response_cache import ResponseCache
 from lakehouse_read.jsonable import iso, rows
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines.silence_store import SilenceStore
+from schemas.gold import AlertStatus
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[Depends(require_read)])
 
@@ -27,7 +28,7 @@ def _alerts(reader: LakehouseReader) -> list[dict[str, Any]]:
     then the most recent."""
     def build(r: LakehouseReader) -> list[dict[str, Any]]:
         out = rows(r.read("gold.alerts"))
-        status_rank = {"firing": 0, "pending": 1, "resolved": 2}
+        status_rank = {AlertStatus.FIRING: 0, AlertStatus.PENDING: 1, AlertStatus.RESOLVED: 2}
         out.sort(key=lambda a: (a["fingerprint"]))
         out.sort(key=lambda a: a["fired_at"] or a["active_since"], reverse=True)
         out.sort(key=lambda a: (SEVERITY_RANK.get(a["severity"], 9), status_rank.get(a["status"], 9)))

@@ -27,9 +27,9 @@ from broker_emulator.config import (
 from broker_emulator.errors import ScenarioError
 from broker_emulator.faults import Fault, SwarmProfile
 from broker_emulator.scenario_faults import parse_faults
-from broker_emulator.scenario_reader import BROKER_KEYS, TOPIC_KEYS, Reader, parse_duration_ms, read_settings
+from broker_emulator.scenario_reader import BROKER_KEYS, TOPIC_KEYS, Reader, read_settings
 
-__all__ = ["Scenario", "load_scenario", "parse_duration_ms", "parse_scenario"]
+__all__ = ["Scenario", "load_scenario", "parse_scenario"]
 
 @dataclass(frozen=True)
 class Scenario:

@@ -5,13 +5,10 @@ Shared by the scenario parser (scenario.py) and the fault parser (scenario_fault
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from broker_emulator.errors import ScenarioError
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, None: 1}
+from foundation.durations import EXAMPLES, duration_ms
 
 
 class Reader:
@@ -65,7 +62,7 @@ class Reader:
         v = self.get(k, default) if default is not None else self.require(k)
         ms = parse_duration_ms(v)
         if ms is None:
-            raise self.fail(k, v, "expected a duration such as 500ms, 30s, 5m, 2h or an integer of ms")
+            raise self.fail(k, v, f"expected a duration such as {EXAMPLES}, or an integer of ms")
         if ms < minimum:
             raise self.fail(k, v, f"must be at least {minimum} ms")
         return ms
@@ -80,15 +77,16 @@ class Reader:
 
 
 def parse_duration_ms(v: Any) -> int | None:
+    """A duration as written (foundation/durations.py), or an integer of milliseconds as Kafka's `.ms` keys take;
+    None for anything else."""
     if isinstance(v, bool):
         return None
     if isinstance(v, int):
         return v
-    if isinstance(v, str):
-        m = _DURATION.match(v)
-        if m:
-            return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
-    return None
+    try:
+        return duration_ms(v)
+    except ValueError:
+        return None
 
 
 BROKER_KEYS = {

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from schemas.bronze import EventType
+
 if TYPE_CHECKING:
     from broker_emulator.brokers import Brokers
     from broker_emulator.clock import EventQueue, SimClock
@@ -53,9 +55,9 @@ def build_summary(sim: SummaryHost) -> dict[str, Any]:
     rejected: dict[str, int] = {}
     for key, n in sorted(counts.items()):
         kind, cause = key.split(":", 1)
-        if kind == "election":
+        if kind == EventType.ELECTION:
             elections[cause] = elections.get(cause, 0) + n
-        elif kind == "produce_rejected":
+        elif kind == EventType.PRODUCE_REJECTED:
             rejected[cause] = rejected.get(cause, 0) + n
     meters = sim.metrics.totals
     return {

@@ -23,11 +23,11 @@ from collector.kafka_wire import BrokerConnection
 from collector.observed_events import Event
 from schemas.bronze import EventType
 
-LOSS_CAUSES = {("election", "unclean"): "unclean_election", ("election", "elr"): "elr_election",
-               ("truncation", "new_leader_log_shorter"): "truncation"}
+LOSS_CAUSES = {(EventType.ELECTION, "unclean"): "unclean_election", (EventType.ELECTION, "elr"): "elr_election",
+               (EventType.TRUNCATION, "new_leader_log_shorter"): "truncation"}
 HISTORY_PER_PARTITION = 64
 # Any election: the collector may read a leader change too late to tell a clean election from an unclean one.
-RESCAN_EVENTS = frozenset({"election", "truncation"})
+RESCAN_EVENTS = frozenset({EventType.ELECTION, EventType.TRUNCATION})
 
 
 class CanaryFeed:

@@ -23,6 +23,8 @@ from lakehouse_read.metrics_coverage import METRICS_COVERAGE as METRICS_COVERAGE
 from lakehouse_read.metrics_coverage import metrics_coverage
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines import slo_spec
+from schemas.bronze import EventType
+from schemas.gold import AlertStatus
 
 BROKER_METRICS = "silver.broker_metrics"
 CLUSTER_EVENTS = "silver.cluster_events"
@@ -37,7 +39,7 @@ OFFLINE_PARTITIONS = "OfflinePartitionsCount"
 # Elections that may pick a leader without every committed record: the ack ledger attributes losses
 # after both to "unclean_election" (broker_emulator/ledger.py).
 DATA_LOSS_ELECTIONS = ("unclean", "last_known_leader")
-ACTIVE_ALERT_STATUSES = ("firing", "pending")
+ACTIVE_ALERT_STATUSES = (AlertStatus.FIRING.value, AlertStatus.PENDING.value)
 SEVERITY_ORDER = ("critical", "warning", "info")
 BURN_WINDOWS = tuple(slo_spec.BURN_WINDOWS)  # 5m, 30m, 1h, 6h, 3d: the burn_rate_* columns
 # Replica states in the ISR membership view; a bucket keeps the lowest (an ISR exit is never hidden).
@@ -116,7 +118,8 @@ def data_loss_events(reader: LakehouseReader, scope: Scope) -> pd.DataFrame:
     if not scope.has_data:
         return _empty(LOSS_EVENT_COLUMNS)
     parts = []
-    elections = _scan(reader, CLUSTER_EVENTS, window_filter(scope) & (ds.field("event_type") == "election")
+    is_election = ds.field("event_type") == EventType.ELECTION.value
+    elections = _scan(reader, CLUSTER_EVENTS, window_filter(scope) & is_election
                       & ds.field("cause").isin(list(DATA_LOSS_ELECTIONS)), ["ts", "topic", "partition", "cause"])
     if elections is not None and elections.num_rows:
         frame = bucket_ts(elections, scope).to_pandas()

@@ -37,6 +37,7 @@ from dashboards.style import (
     table_figure,
 )
 from dashboards.subplots import grid, grid_figure
+from schemas.gold import AlertStatus
 
 GAUGE_TITLES = {
     "UnderReplicatedPartitions": "Under-replicated partitions",
@@ -145,7 +146,7 @@ def alerts_figure(alerts: pd.DataFrame, empty_text: str = NO_DATA) -> go.Figure:
     cells = [
         [r["severity"] for r in rows], [r["status"] for r in rows], [r["rule"] for r in rows],
         [r["summary"] for r in rows], [f"{r['value']:.4g}" for r in rows],
-        [_when(r["fired_at"] if r["status"] == "firing" else r["active_since"]) for r in rows],
+        [_when(r["fired_at"] if r["status"] == AlertStatus.FIRING else r["active_since"]) for r in rows],
     ]
     return table_figure(["severity", "status", "rule", "summary", "value", "since (UTC)"], cells, fill,
                         f"Active alerts ({len(rows)})", column_widths=[0.7, 0.6, 1.6, 4.5, 0.6, 1.4], row_px=34,

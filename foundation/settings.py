@@ -10,27 +10,17 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, ValidationError, field_validator
 
 from foundation import object_store
+from foundation.durations import parse_duration
 from foundation.object_store import ObjectStore
 from foundation.yaml_file import read_yaml
 from schemas.bronze import BRONZE_TABLES
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "conf" / "pipeline.yaml"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(millisecond|second|minute|hour|day)s?\s*$")
-_UNIT = {"millisecond": dt.timedelta(milliseconds=1), "second": dt.timedelta(seconds=1),
-         "minute": dt.timedelta(minutes=1), "hour": dt.timedelta(hours=1), "day": dt.timedelta(days=1)}
 JOB_SECTIONS = ("validate", "alerts", "posture", "slo")
 
 
 class SettingsError(ValueError):
     """Raised when a settings file or override is malformed: names the file, the key and the value."""
-
-
-def parse_duration(text: str) -> dt.timedelta:
-    """'10 seconds', '100 milliseconds', '2 minutes', '168 hours', '1 day' (singular or plural)."""
-    m = _DURATION.match(text) if isinstance(text, str) else None
-    if not m:
-        raise ValueError(f"expected a duration such as '10 seconds' or '100 milliseconds', got {text!r}")
-    return float(m.group(1)) * _UNIT[m.group(2)]
 
 
 def spark_interval(d: dt.timedelta) -> str:

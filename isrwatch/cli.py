@@ -9,8 +9,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from broker_emulator.errors import InvariantViolation, ScenarioError
-from broker_emulator.scenario import load_scenario, parse_duration_ms
+from broker_emulator.scenario import load_scenario
 from foundation.bronze_sink import SinkSchemaError
+from foundation.durations import duration_ms
 from foundation.logs import configure, logger
 from isrwatch.arguments import lakehouse_root
 
@@ -32,9 +33,12 @@ def _pace(value: str) -> float | None:
 
 
 def _duration(value: str) -> int:
-    ms = parse_duration_ms(int(value) if value.isdigit() else value)
-    if ms is None or ms <= 0:
-        raise argparse.ArgumentTypeError(f"--duration expects e.g. 90s, 10m, 2h or ms, got {value!r}")
+    try:
+        ms = duration_ms(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {value!r}")
     return ms
 
 

@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from broker_emulator.scenario import parse_duration_ms
+from foundation.durations import duration_ms
 from foundation.logs import logger
 from isrwatch.arguments import lakehouse_root
 
@@ -17,9 +17,12 @@ log = logger("collect")
 
 
 def _seconds(value: str) -> float:
-    ms = parse_duration_ms(int(value) if value.isdigit() else value)
-    if ms is None or ms <= 0:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 1s, 500ms or 10m, got {value!r}")
+    try:
+        ms = duration_ms(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {value!r}")
     return ms / 1000
 
 

@@ -43,7 +43,7 @@ from pipelines.alert_rules import AlertConfig
 from pipelines.alert_signals import SOURCES, shape_tables, shape_union
 from pipelines.alert_state import EngineState, Transition
 from pipelines.webhook_delivery import WebhookDispatcher, intents_directory
-from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES
+from schemas.gold import ALERT_EVENTS, ALERTS, ALERTS_STATE, DELIVERIES, AlertStatus
 from schemas.gold_durability import POSTURE_HISTORY, SLO_STATUS
 from schemas.silver import SILVER_TABLES
 from schemas.table import TableDef
@@ -241,7 +241,7 @@ class AlertStage:
                  on_executors: bool = False) -> BatchRecord:
         """What `write` commits for the batch, taken from the engine now: the engine may step on meanwhile."""
         state = [{**r, "batch_id": batch_id, "engine": self.name} for r in self.engine.state.to_rows()]
-        firing = sum(a.status == "firing" for a in self.engine.state.alerts.values())
+        firing = sum(a.status == AlertStatus.FIRING for a in self.engine.state.alerts.values())
         return BatchRecord(batch_id, events, alert_rows(self.engine, batch_id, self.name), state, rows_in, began,
                            on_executors, firing)
 

@@ -36,9 +36,10 @@ from pipelines.alert_expressions import compiled
 from pipelines.alert_rules import AlertConfig, Rule
 from pipelines.alert_samples import cluster_clocks, entity_keys, ms_of, records, times_by_cluster, typed
 from pipelines.alert_signals import BROKER_STOPS, REPLICA_BROKERS, SOURCES
-from pipelines.alert_state import OPEN, Alert, AlertStatus, EngineState, Transition, fingerprint, transition_order
+from pipelines.alert_state import OPEN, Alert, EngineState, Transition, fingerprint, transition_order
 from pipelines.alert_templates import display, render_annotations
 from pipelines.broker_reports import broker_reports
+from schemas.gold import AlertStatus
 
 
 @dataclass(frozen=True)

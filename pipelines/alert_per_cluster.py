@@ -20,7 +20,8 @@ import pandas as pd
 from pipelines.alert_engine import AlertEngine
 from pipelines.alert_rules import AlertConfig
 from pipelines.alert_signals import shape_union
-from pipelines.alert_state import AlertStatus, EngineState, Transition, transition_order
+from pipelines.alert_state import EngineState, Transition, transition_order
+from schemas.gold import AlertStatus
 
 
 def state_bytes(state: EngineState) -> bytes:

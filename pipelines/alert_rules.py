@@ -14,23 +14,15 @@ from typing import Any
 
 import pandas as pd
 
+from foundation.durations import duration_ms
 from pipelines.alert_signals import SCOPE_KEYS, SOURCES, empty_frame
 
 SEVERITIES = ("critical", "warning", "info")
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)\s*$")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 AGGREGATES = ("sum", "max", "min", "mean")
 
 
 class AlertConfigError(ValueError):
     """A malformed alerts file: the message names the file, the rule (or receiver) and the field."""
-
-
-def duration_ms(text: Any) -> int:
-    m = _DURATION.match(str(text))
-    if not m:
-        raise ValueError(f"expected a duration like '30s', '5m', '1h', '3d' or '500ms', got {text!r}")
-    return int(float(m.group(1)) * _UNIT_MS[m.group(2)])
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from schemas.bronze import EventType
 from schemas.gold_durability import FINDING_COLUMNS
 from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
 
@@ -163,11 +164,11 @@ def shape_cluster_events(rows: pd.DataFrame) -> pd.DataFrame:
     et, cause = e["event_type"], e["cause"]
     counts = pd.DataFrame({
         "run_id": e["run_id"], "ts": e["ts"], "topic": e["topic"], "partition": e["partition"].astype("int64"),
-        "isr_shrinks": (et == "isr_shrink"), "isr_expands": (et == "isr_expand"),
-        "elections": (et == "election"), "unclean_elections": (et == "election") & (cause == "unclean"),
-        "produce_not_enough_replicas": (et == "produce_rejected") & (cause == "NOT_ENOUGH_REPLICAS"),
-        "produce_rejected": (et == "produce_rejected"), "truncations": (et == "truncation"),
-        "records_truncated": np.where(et == "truncation", e["records"].fillna(0), 0),
+        "isr_shrinks": (et == EventType.ISR_SHRINK), "isr_expands": (et == EventType.ISR_EXPAND),
+        "elections": (et == EventType.ELECTION), "unclean_elections": (et == EventType.ELECTION) & (cause == "unclean"),
+        "produce_not_enough_replicas": (et == EventType.PRODUCE_REJECTED) & (cause == "NOT_ENOUGH_REPLICAS"),
+        "produce_rejected": (et == EventType.PRODUCE_REJECTED), "truncations": (et == EventType.TRUNCATION),
+        "records_truncated": np.where(et == EventType.TRUNCATION, e["records"].fillna(0), 0),
     })
     cols = list(EVENT_COUNT_COLUMNS)
     counts[cols] = counts[cols].astype("int64")
@@ -179,14 +180,15 @@ def shape_isr_membership(rows: pd.DataFrame) -> pd.DataFrame:
     joined it, or was removed by the controller, from the ISR events' detail (`removed`, `added`; the controller's
     `previous_isr` and `isr`). A replica leaving again and again is what a thrashing ISR is; a broker that stops
     or restarts is removed by the controller, once, which is no leave."""
-    isr_events = rows[rows["event_type"].isin(("isr_shrink", "isr_expand", "isr_change_controller"))
+    isr_types = (EventType.ISR_SHRINK, EventType.ISR_EXPAND, EventType.ISR_CHANGE_CONTROLLER)
+    isr_events = rows[rows["event_type"].isin(isr_types)
                       & rows["topic"].notna() & rows["partition"].notna()]
     out: list[tuple[object, object, str, int, int, str]] = []
     for run, ts, topic, partition, event_type, detail in zip(
             isr_events["run_id"], isr_events["ts"], isr_events["topic"], isr_events["partition"],
             isr_events["event_type"], isr_events["detail"], strict=True):
         moved = json.loads(detail) if detail else {}
-        if event_type == "isr_change_controller":
+        if event_type == EventType.ISR_CHANGE_CONTROLLER:
             before, after = moved.get("previous_isr") or [], moved.get("isr") or []
             changes = [(b, "isr_removed_by_controller") for b in before if b not in after]
             changes += [(b, "isr_rejoins") for b in after if b not in before]
@@ -277,12 +279,12 @@ BROKER_STOPS = "broker_stops"        # not a rule source: brokers stopped with a
 def shape_broker_stops(rows: pd.DataFrame) -> pd.DataFrame:
     """cluster_events rows -> (run_id, ts, broker_id, stopped): a broker stopped with a controlled shutdown
     (`broker_state` events of cause `controlled_shutdown`: a rolling restart's), and back (`unfenced`)."""
-    shutdown = (rows["event_type"] == "broker_state") & (rows["cause"] == "controlled_shutdown")
-    back = rows["event_type"] == "unfenced"
+    shutdown = (rows["event_type"] == EventType.BROKER_STATE) & (rows["cause"] == "controlled_shutdown")
+    back = rows["event_type"] == EventType.UNFENCED
     picked = rows[(shutdown | back) & rows["broker_id"].notna()]
     return pd.DataFrame({"run_id": picked["run_id"], "ts": picked["ts"],
                          "broker_id": picked["broker_id"].astype("int64"),
-                         "stopped": (picked["event_type"] == "broker_state").to_numpy()}).reset_index(drop=True)
+                         "stopped": (picked["event_type"] == EventType.BROKER_STATE).to_numpy()}).reset_index(drop=True)
 
 
 def shape_replica_brokers(rows: pd.DataFrame) -> pd.DataFrame:

@@ -8,17 +8,8 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
-from enum import StrEnum
 
-
-class AlertStatus(StrEnum):
-    """An alert's lifecycle (gold.alerts.status, gold.alert_events.status and previous_status)."""
-
-    PENDING = "pending"      # the condition holds, not yet for the rule's `for`
-    FIRING = "firing"
-    RESOLVED = "resolved"    # was firing; the condition no longer holds
-    INACTIVE = "inactive"    # was pending; the condition ended before `for`
-
+from schemas.gold import AlertStatus
 
 OPEN = (AlertStatus.PENDING, AlertStatus.FIRING)
 

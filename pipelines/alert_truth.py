@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 
 from pipelines.alert_signals import shape_isr_membership
+from schemas.bronze import EventType
+from schemas.gold import AlertStatus
 
 CLASSES: dict[str, tuple[str, ...]] = {
     "writes_refused": ("UnderMinIsr",),
@@ -106,7 +108,7 @@ def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
                                "records": lost["records_lost"].astype("float64")}))
     if cluster_events is not None:
         ce = cluster_events
-        unclean = ce[(ce["event_type"] == "election") & ce["cause"].isin(UNCLEAN_CAUSES)]
+        unclean = ce[(ce["event_type"] == EventType.ELECTION) & ce["cause"].isin(UNCLEAN_CAUSES)]
         parts.append(pd.DataFrame({"cls": "unclean_elections", "cluster": unclean["run_id"],
                                    "topic": unclean["topic"], "partition": unclean["partition"],
                                    "start": unclean["ts"], "end": unclean["ts"], "records": 0.0}))
@@ -167,11 +169,11 @@ def firing_intervals(alert_events: pd.DataFrame) -> pd.DataFrame:
     """
     _require(alert_events, ["status", "rule", "fingerprint", "cluster", "labels", "ts", "inhibited"], "alert_events")
     e = alert_events.reset_index(drop=True).sort_values("ts", kind="stable")
-    resolved_ts = e["ts"].where(e["status"] == "resolved")
+    resolved_ts = e["ts"].where(e["status"] == AlertStatus.RESOLVED)
     next_resolved = resolved_ts.groupby(e["fingerprint"]).bfill()
-    firing = e["status"] == "firing"
+    firing = e["status"] == AlertStatus.FIRING
     if "previous_status" in e.columns:
-        firing &= e["previous_status"] != "firing"
+        firing &= e["previous_status"] != AlertStatus.FIRING
     f, labels = e[firing], e.loc[firing, "labels"].map(_labels)
     partition = labels.map(lambda d: int(d["partition"]) if d.get("partition") is not None else None)
     out = pd.DataFrame({

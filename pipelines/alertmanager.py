@@ -14,6 +14,8 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas.gold import AlertStatus
+
 SIGNATURE_HEADER = "X-Isrwatch-Signature"
 DELIVERY_HEADER = "X-Isrwatch-Delivery"
 ATTEMPT_HEADER = "X-Isrwatch-Attempt"       # gold.deliveries.attempt of this POST: 1, 2, ...
@@ -38,7 +40,7 @@ def payload(event: dict[str, Any], receiver: str, external_url: str) -> dict[str
     """`event` is a gold.alert_events row (labels as a dict)."""
     labels = dict(sorted(dict(event["labels"]).items()))
     annotations = {k: event[k] for k in ("summary", "description", "runbook") if event.get(k)}
-    status = "resolved" if event["status"] == "resolved" else "firing"
+    status = AlertStatus.RESOLVED if event["status"] == AlertStatus.RESOLVED else AlertStatus.FIRING
     group = {k: labels[k] for k in ("alertname", "cluster", "topic", "partition", "broker_id") if k in labels}
     group_key = "{}:{" + ",".join(f'{k}="{v}"' for k, v in group.items()) + "}"
     return {
@@ -57,7 +59,7 @@ def payload(event: dict[str, Any], receiver: str, external_url: str) -> dict[str
             "labels": labels,
             "annotations": annotations,
             "startsAt": rfc3339(event["starts_at"]),
-            "endsAt": rfc3339(event["ends_at"]) if status == "resolved" else ZERO_TIME,
+            "endsAt": rfc3339(event["ends_at"]) if status == AlertStatus.RESOLVED else ZERO_TIME,
             "generatorURL": f"{external_url.rstrip('/')}/alerts/{event['fingerprint']}",
             "fingerprint": event["fingerprint"],
         }],

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.alert_rules import duration_ms
+from foundation.durations import duration_ms
 
 # What each SLI counts, per metric interval (one "timeslice" per partition, or records for durability).
 SLIS: dict[str, str] = {

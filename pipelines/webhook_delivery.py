@@ -70,7 +70,7 @@ from pipelines.alertmanager import (
     signature,
 )
 from pipelines.silence_store import SilenceStore
-from schemas.gold import ALERT_EVENTS, DELIVERIES, DeliveryOutcome
+from schemas.gold import ALERT_EVENTS, DELIVERIES, NOTIFIED, DeliveryOutcome
 
 FINAL = (DeliveryOutcome.DELIVERED, DeliveryOutcome.REJECTED, DeliveryOutcome.GAVE_UP, DeliveryOutcome.SILENCED)
 INTENT = DeliveryOutcome.SENDING          # the row committed before a POST; every other outcome ends an attempt
@@ -95,7 +95,7 @@ class Pending:
 def routed(event: dict[str, Any], receiver: Receiver) -> bool:
     """A firing or resolved transition goes to the receivers whose routes match it, unless it is inhibited or held
     back because its alert is flapping (the engine tells the receivers the true state once it settles)."""
-    return (event["status"] in ("firing", "resolved") and not event["inhibited"] and not event.get("flapping")
+    return (event["status"] in NOTIFIED and not event["inhibited"] and not event.get("flapping")
             and receiver.routes(event["severity"], dict(event["labels"])))
 
 
@@ -311,7 +311,7 @@ class WebhookDispatcher:
         events = read_rows(ALERT_EVENTS, self.lakehouse)
         if not events.num_rows:
             return 0
-        events = events.filter(pc.is_in(events["status"], pa.array(["firing", "resolved"])))
+        events = events.filter(pc.is_in(events["status"], pa.array([s.value for s in NOTIFIED])))
         final = {(d["event_id"], d["receiver"]) for d in done if d["outcome"] in FINAL}
         attempts: dict[tuple[str, str], int] = {}
         for d in done:   # intents count: an attempt that may have been sent is never numbered again

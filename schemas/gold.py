@@ -12,6 +12,18 @@ from schemas.table import TableDef, columns
 
 LABELS = pa.map_(pa.string(), pa.string())
 
+
+class AlertStatus(StrEnum):
+    """An alert's lifecycle (gold.alerts.status, gold.alert_events.status and previous_status)."""
+
+    PENDING = "pending"      # the condition holds, not yet for the rule's `for`
+    FIRING = "firing"
+    RESOLVED = "resolved"    # was firing; the condition no longer holds
+    INACTIVE = "inactive"    # was pending; the condition ended before `for`
+
+
+NOTIFIED = (AlertStatus.FIRING, AlertStatus.RESOLVED)  # the transitions receivers are told of
+
 _ALERT_COLUMNS = (
     ("rule", pa.string(), False, "alert rule name (conf/alerts.yaml), also the `alertname` label"),
     ("fingerprint", pa.string(), False, "stable id of the rule and entity: a hash of the rule and its labels"),
@@ -44,7 +56,7 @@ ALERT_EVENTS = TableDef(
     "gold", "alert_events", _schema, ("event_id",),
     "Every alert lifecycle transition, in order: what webhooks are sent from.", _docs,
     expectations=(*not_null("event_id", "status", "rule", "fingerprint"),
-                  in_set("status", ["pending", "firing", "resolved", "inactive"])),
+                  in_set("status", [s.value for s in AlertStatus])),
 )
 
 _schema, _docs = columns(

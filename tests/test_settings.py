@@ -71,6 +71,7 @@ def _load(tmp_path: Path, text: str) -> PipelineSettings:
     ("10 seconds", dt.timedelta(seconds=10)), ("1 second", dt.timedelta(seconds=1)),
     ("100 milliseconds", dt.timedelta(milliseconds=100)), ("1.5 minutes", dt.timedelta(seconds=90)),
     ("168 hours", dt.timedelta(days=7)), ("1 day", dt.timedelta(days=1)), (" 2 minutes ", dt.timedelta(minutes=2)),
+    ("30s", dt.timedelta(seconds=30)), ("500ms", dt.timedelta(milliseconds=500)), ("5m", dt.timedelta(minutes=5)),
 ])
 def test_every_duration_is_written_with_its_unit_and_held_as_a_timedelta(tmp_path: Path, text: str,
                                                                        expected: dt.timedelta) -> None:
@@ -79,10 +80,10 @@ def test_every_duration_is_written_with_its_unit_and_held_as_a_timedelta(tmp_pat
     assert spark_interval(expected) == f"{round(expected.total_seconds() * 1000)} milliseconds"
 
 
-@pytest.mark.parametrize("text", ["10", "10 secs", "ten seconds", "-1 second", "'1 second later'"])
+@pytest.mark.parametrize("text", ["10", "10 secs", "ten seconds", "-1 second", "'1 second later'", "5 mins"])
 def test_a_duration_without_a_known_unit_is_refused_naming_file_key_and_value(tmp_path: Path, text: str) -> None:
     with pytest.raises(SettingsError, match=r"pipeline\.yaml: alerts\.lane_trigger_interval: .*expected a duration "
-                                            r"such as '10 seconds'"):
+                                            r"such as '30s', '500ms', '5m' or '10 seconds'"):
         _load(tmp_path, f"alerts:\n  lane_trigger_interval: {text}\n")
 
 
