@@ -104,9 +104,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     group = {id(i): "api_lake" if file_of(i) in on_api_lake else
              COLLECT_CLUSTER_GROUP if file_of(i) in on_collect_cluster else file_of(i) for i in items}
     rank = {name: n for n, name in enumerate(HEAVIEST_FIRST)}
-    for item in items:   # `-m s3` (or `-m "not s3"`) without marking every test that asks for the store
-        if {"s3", "on_store"} & set(getattr(item, "fixturenames", ())):
+    for item in items:   # `-m s3`, `-m "not spark"` without marking every test that asks for the store or Spark
+        fixtures = set(getattr(item, "fixturenames", ()))   # every fixture the test needs, directly or not
+        if {"s3", "on_store"} & fixtures:
             item.add_marker(pytest.mark.s3)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+        if "cluster_runs" in fixtures:   # the runs on a Spark standalone cluster, shared by the store's tests
+            item.add_marker(pytest.mark.cluster)
     if config.pluginmanager.hasplugin("xdist"):   # its marker is unknown to a run with -p no:xdist
         for item in items:
             item.add_marker(pytest.mark.xdist_group(name=group[id(item)]))
