@@ -310,13 +310,13 @@ class AlertEngine:
                 alert.inhibited = self._inhibited(rule, labels, ts)
                 return alert, self._transition(rule, alert, AlertStatus.FIRING, AlertStatus.PENDING, ts)
             return alert, self._lifted(rule, alert, ts) if status == AlertStatus.FIRING else None
-        # A resolved alert firing again keeps its recent changes (that is how flapping is seen) and whether its
-        # receivers are behind.
+        # A resolved alert firing again keeps its recent changes (that is how flapping is seen), whether its
+        # receivers are behind and what they were last told.
         before = alert if alert is not None and status == AlertStatus.RESOLVED else None
         alert = Alert(rule.name, fp, labels["cluster"], labels, AlertStatus.PENDING, ts, None, None, ts, value,
                       render_annotations(rule, rec, labels), changes=before.changes if before else [],
                       flapping=before.flapping if before else False, condition=True,
-                      held=before.held if before else False)
+                      held=before.held if before else False, told=before.told if before else None)
         if before is not None:
             alert.resolved_ms = before.resolved_ms   # a pending alert with a resolved time has fired before
         self.state.alerts[key] = alert
@@ -351,9 +351,13 @@ class AlertEngine:
 
     def _settled(self, rule: Rule, alert: Alert, ts: int) -> Transition | None:
         """The transition that tells the receivers an alert's true state once it stopped flapping, if a held one
-        left them behind: its status again (firing -> firing, resolved -> resolved), not held. A pending alert
-        waits until it fires or resolves, whose own transition then tells them."""
+        left them behind: its status again (firing -> firing, resolved -> resolved), not held. None when the last
+        status they were told is the true one again (a flap that ended where it began tells them nothing twice). A
+        pending alert waits until it fires or resolves, whose own transition then tells them."""
         if not alert.held or alert.flapping or alert.status not in (AlertStatus.FIRING, AlertStatus.RESOLVED):
+            return None
+        if alert.told == alert.status:   # what the receivers last heard is true again: nothing to tell
+            alert.held = False
             return None
         return self._transition(rule, alert, alert.status, alert.status, ts)
 
@@ -388,6 +392,8 @@ class AlertEngine:
         self._render(f"{rule.name}/{a.fingerprint}", a)
         if status in (AlertStatus.FIRING, AlertStatus.RESOLVED) and not a.inhibited:
             a.held = a.flapping   # a flapping alert's notification is held back; any other tells the receivers
+            if not a.flapping:
+                a.told = status
         starts = a.fired_ms if a.fired_ms is not None else a.since_ms
         ended = ts if status in (AlertStatus.RESOLVED, AlertStatus.INACTIVE) else None
         return Transition(rule.name, a.fingerprint, a.cluster, status, previous, ts, rule.severity, rule.scope,

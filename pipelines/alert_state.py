@@ -35,6 +35,7 @@ class Alert:
     flapping: bool = False          # its notifications are held back (pipelines/alert_rules.py FlapDetection)
     condition: bool | None = None   # the condition at its last evaluation (None: state from before this field)
     held: bool = False              # a notification was held back: the receivers do not know its state yet
+    told: str | None = None         # the status the receivers were last told (None: none yet, or state from before)
 
 
 _ALERT_FIELDS = tuple(f.name for f in fields(Alert))

@@ -7,6 +7,7 @@ tests/alerts/test_engine.py."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pandas as pd
@@ -192,6 +193,21 @@ def test_the_receivers_state_equals_golds_once_a_flapping_alert_settles() -> Non
         alert = e.state.alerts["Low/" + ts[0].fingerprint]
         assert not alert.flapping and not alert.held, pattern
         assert notified(ts)[-1][0] == alert.status, pattern
+        told = [status for status, _ in notified(ts)]
+        assert all(a != b for a, b in itertools.pairwise(told)), (pattern, told)   # never the same twice
+
+
+def test_a_flap_that_ends_where_the_receivers_last_heard_tells_them_nothing_more() -> None:
+    """Told "firing" at 0 s, then flapping from the 3rd change; it ends firing, which they already hold: no second
+    "firing" when it settles (the receivers' state was never wrong, only unconfirmed)."""
+    config = parse_alert_config(_one_rule(flap_detection={"window": "1m", "max_changes": 2, "quiet": "5s"}),
+                                "x.yaml")
+    e = AlertEngine(config)
+    ts = run(e, *flipping("1" + "01" * 4 + "1" * 10))
+    assert notified(ts) == [("firing", 0.0), ("resolved", 1.0), ("firing", 2.0)]
+    assert [t.flapping for t in ts] == [False, False, False] + [True] * 6
+    alert = e.state.alerts["Low/" + ts[0].fingerprint]
+    assert (alert.status, alert.flapping, alert.held, alert.told) == ("firing", False, False, "firing")
 
 
 def test_flap_state_survives_a_restart() -> None:
