@@ -77,12 +77,14 @@ def stalled_follower_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
         seen_at = len(running.steps)
         wait_for(lambda: len(running.steps) >= seen_at + 3, 30, "three intervals with broker 3 reporting")
         cluster.pause(3)
-        paused_at, paused_wall = time.monotonic(), time.time()
-        # Counted in the collector's intervals, not in seconds of a machine the suite shares.
-        first = len(running.steps)
-        wait_for(lambda: sum(3 in s["not_answering"] for s in running.steps[first:]) >= PAUSED_INTERVALS, 300,
-                 f"{PAUSED_INTERVALS} intervals with broker 3 paused")
-        cluster.resume(3)
+        try:   # the package's other tests share this cluster: it is given back whole even when the wait fails
+            paused_at, paused_wall = time.monotonic(), time.time()
+            # Counted in the collector's intervals, not in seconds of a machine the suite shares.
+            first = len(running.steps)
+            wait_for(lambda: sum(3 in s["not_answering"] for s in running.steps[first:]) >= PAUSED_INTERVALS, 300,
+                     f"{PAUSED_INTERVALS} intervals with broker 3 paused")
+        finally:
+            cluster.resume(3)
         resumed_at, resumed_wall = time.monotonic(), time.time()
         wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster).values()), 60, "the ISR to be whole again")
         whole = len(running.steps)
@@ -261,10 +263,12 @@ def refusal_then_loss_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
         wait_for(lambda: min(refusal.acked[p] for p in range(3)) >= 10, 30, "canary writes acknowledged")
         cluster.pause(2)
         cluster.pause(3)
-        wait_for(lambda: all(refusal.failed.get(p, Counter())["NOT_ENOUGH_REPLICAS"] >= 3 for p in range(3)), 45,
-                 "NOT_ENOUGH_REPLICAS on every canary partition")
-        cluster.resume(2)
-        cluster.resume(3)
+        try:   # given back whole even when the wait fails: the package's other tests share the cluster
+            wait_for(lambda: all(refusal.failed.get(p, Counter())["NOT_ENOUGH_REPLICAS"] >= 3 for p in range(3)),
+                     45, "NOT_ENOUGH_REPLICAS on every canary partition")
+        finally:
+            cluster.resume(2)
+            cluster.resume(3)
         acked_at_resume = dict(refusal.acked)
         wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster, REFUSE_TOPIC).values())
                  and all(refusal.acked[p] >= acked_at_resume[p] + 10 for p in range(3)), 60,
