@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from foundation.durations import duration_ms
 from foundation.object_store import UnsupportedLakehouse, check_root
 
 
@@ -13,3 +14,19 @@ def lakehouse_root(value: str) -> str:
         return check_root(value)
     except UnsupportedLakehouse as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def duration_ms_argument(value: str) -> int:
+    """A positive duration written with its unit (foundation/durations.py), in milliseconds."""
+    try:
+        ms = duration_ms(value)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if ms <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {value!r}")
+    return ms
+
+
+def seconds_argument(value: str) -> float:
+    """`duration_ms_argument` in seconds."""
+    return duration_ms_argument(value) / 1000

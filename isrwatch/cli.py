@@ -11,9 +11,8 @@ from pathlib import Path
 from broker_emulator.errors import InvariantViolation, ScenarioError
 from broker_emulator.scenario import load_scenario
 from foundation.bronze_sink import SinkSchemaError
-from foundation.durations import duration_ms
 from foundation.logs import configure, logger
-from isrwatch.arguments import lakehouse_root
+from isrwatch.arguments import duration_ms_argument, lakehouse_root
 
 log = logger("cli")
 
@@ -32,16 +31,6 @@ def _pace(value: str) -> float | None:
     return factor
 
 
-def _duration(value: str) -> int:
-    try:
-        ms = duration_ms(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if ms <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration, got {value!r}")
-    return ms
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="isrwatch", description="Kafka durability analytics.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -49,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
                         formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     em.add_argument("--scenario", required=True, help="scenario YAML file (see conf/scenarios/)")
     em.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
-    em.add_argument("--duration", type=_duration, default=None, help="override the scenario's duration (e.g. 10m)")
+    em.add_argument("--duration", type=duration_ms_argument, default=None,
+                    help="override the scenario's duration (e.g. 10m)")
     em.add_argument("--pace", type=_pace, default=None, metavar="fast|live|FACTOR",
                     help="fast = as fast as possible; live = virtual time follows wall time; FACTOR = x wall time")
     out = em.add_mutually_exclusive_group()

@@ -9,21 +9,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from foundation.durations import duration_ms
 from foundation.logs import logger
-from isrwatch.arguments import lakehouse_root
+from isrwatch.arguments import lakehouse_root, seconds_argument
 
 log = logger("collect")
-
-
-def _seconds(value: str) -> float:
-    try:
-        ms = duration_ms(value)
-    except ValueError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
-    if ms <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive duration, got {value!r}")
-    return ms / 1000
 
 
 def _metrics_url(value: str) -> tuple[int | None, str]:
@@ -55,13 +44,14 @@ def add_collect_parser(sub: Any) -> None:
     p.add_argument("--state-dir", default=None,
                    help="local folder for what the collector remembers of a cluster between runs (default: the "
                         "lakehouse; required when the lakehouse is on an object store)")
-    p.add_argument("--interval", type=_seconds, default=1.0, help="collection interval (e.g. 1s, 500ms)")
-    p.add_argument("--timeout", type=_seconds, default=0.5,
+    p.add_argument("--interval", type=seconds_argument, default=1.0, help="collection interval (e.g. 1s, 500ms)")
+    p.add_argument("--timeout", type=seconds_argument, default=0.5,
                    help="per-broker request timeout: a broker slower than this is reported as not answering")
-    p.add_argument("--scrape-timeout", type=_seconds, default=10.0,
+    p.add_argument("--scrape-timeout", type=seconds_argument, default=10.0,
                    help="the most one metrics scrape may take; each URL is scraped at its exporter's own pace, and a "
                         "node is not reporting once a scrape runs past 3x its recent ones (at least --timeout)")
-    p.add_argument("--duration", type=_seconds, default=None, help="stop after this long (default: until Ctrl-C)")
+    p.add_argument("--duration", type=seconds_argument, default=None,
+                   help="stop after this long (default: until Ctrl-C)")
     p.add_argument("--no-canary", action="store_true", help="do not produce and consume the canary topic")
     p.add_argument("--canary-topic", default="__isrwatch_canary", help="the canary's topic (created if absent)")
     p.add_argument("--canary-rate", type=float, default=10.0, help="canary records per second per partition")

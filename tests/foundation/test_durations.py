@@ -10,7 +10,7 @@ import pytest
 
 from broker_emulator.scenario_reader import Reader
 from foundation.durations import duration_ms, parse_duration
-from isrwatch.collect_cli import _seconds
+from isrwatch.arguments import seconds_argument
 from pipelines.alert_rules import parse_alert_config
 from pipelines.slo_spec import parse_slos
 
@@ -27,7 +27,7 @@ def test_every_reader_takes_the_short_and_the_long_unit_alike(text: str, ms: int
             "value": "isr_size", "severity": "warning", "summary": "s", "for": text}
     assert parse_alert_config({"rules": [rule]}, "alerts.yaml").rule("R").for_ms == ms
     assert Reader("s.yaml", {"duration": text}, "").duration("duration") == ms
-    assert _seconds(text) == ms / 1000
+    assert seconds_argument(text) == ms / 1000
 
 
 @pytest.mark.parametrize("text", ["10", "", "ten seconds", "10 secs", "5 mins", "-1s", "1s later", "1 s 2 ms"])
@@ -35,7 +35,7 @@ def test_a_duration_without_a_known_unit_is_refused_everywhere_with_the_same_exa
     with pytest.raises(ValueError, match=r"expected a duration such as '30s', '500ms', '5m' or '10 seconds', got"):
         parse_duration(text)
     with pytest.raises(argparse.ArgumentTypeError, match="expected a duration such as"):
-        _seconds(text)  # a bare number on a command line is no longer taken as milliseconds
+        seconds_argument(text)  # a bare number on a command line is no longer taken as milliseconds
 
 
 def test_a_kafka_ms_key_in_a_scenario_takes_an_integer_of_milliseconds() -> None:
