@@ -41,7 +41,8 @@ def check_root(uri: str) -> str:
     Any other scheme is refused: the collector, the emulator, the alert lane and the API read and write bronze
     and gold with delta-rs and pyarrow, which get no credentials or file system from a Spark cluster's
     configuration, so a root only Spark could reach would leave them writing or reading nothing."""
-    scheme = urlsplit(uri).scheme
+    # A URI names its scheme before "://" (or is file:); a local folder's name may hold a colon ("lake:2026").
+    scheme = urlsplit(uri).scheme if "://" in uri or uri.startswith("file:") else ""
     if scheme not in LOCAL_SCHEMES + SCHEMES:
         raise UnsupportedLakehouse(
             f"lakehouse {uri!r}: the {scheme}:// scheme is not supported; a lakehouse is a local path (or file:) or "

@@ -55,7 +55,8 @@ def test_a_root_only_spark_could_reach_is_refused_naming_file_key_and_scheme(tmp
         object_store.lake_filesystem(root)
 
 
-@pytest.mark.parametrize("root", ["lake", "/srv/lake", "file:///srv/lake", "s3://bucket/lake", "s3a://bucket/lake"])
+@pytest.mark.parametrize("root", ["lake", "/srv/lake", "file:///srv/lake", "s3://bucket/lake", "s3a://bucket/lake",
+                                  "lake:2026", "/srv/lake:2026"])
 def test_local_and_s3_roots_are_taken(tmp_path: Path, root: str) -> None:
     settings = _load(tmp_path, f"lakehouse: {root}\n")
     assert settings.lakehouse == (root if "://" in root else str(Path(root).resolve()))
