@@ -19,7 +19,7 @@ from kafka.protocol.metadata.metadata import MetadataRequest, MetadataResponse
 from collector.cluster_view import METADATA_VERSION
 from collector.kafka_wire import BrokerConnection, BrokerUnavailable
 from foundation.delta_io import read_rows
-from schemas.bronze import CLUSTER_EVENTS, RUNS
+from schemas.bronze import CLUSTER_EVENTS, RUNS, BrokerStateCause, EventType
 from testing.kafka import KafkaCluster
 
 
@@ -263,7 +263,8 @@ def one_fault_figures(fault: dict[str, Any], runs: dict[int, dict[str, Any]], ev
     batches = sorted(batch for batch, done in commit_done.items() if done > fault["paused_at"])
     silent_in = {batch for batch in batches if str(b) in runs.get(batch, {}).get("not_answering", {})}
     silent_events = {e["batch_id"] for e in events
-                     if e["event_type"] == "broker_state" and e["broker_id"] == b and e["cause"] == "not_answering"}
+                     if e["event_type"] == EventType.BROKER_STATE and e["broker_id"] == b
+                     and e["cause"] == BrokerStateCause.NOT_ANSWERING}
     fenced_events = {e["batch_id"] for e in events if e["event_type"] == "fenced" and e["broker_id"] == b}
     silent = next((batch for batch in batches if batch in silent_in), None)
     silent_event = next((batch for batch in batches if batch in silent_events), None)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from broker_emulator.state import NO_BROKER, RECOVERED, RECOVERING
-from schemas.bronze import EventType
+from schemas.bronze import UNCLEAN_ELECTIONS, BrokerStateCause, ElectionKind, EventType
 from schemas.kafka_metrics import CONTROLLER_NODE_ID
 
 if TYPE_CHECKING:
@@ -130,7 +130,7 @@ class Controller:
     # --- controlled shutdown and admin elections ---------------------------------------------
     def controlled_shutdown(self, b: int) -> None:
         self.shutting_down[b] = True
-        self.sim.events.emit(EventType.BROKER_STATE, broker_id=b, cause="controlled_shutdown",
+        self.sim.events.emit(EventType.BROKER_STATE, broker_id=b, cause=BrokerStateCause.CONTROLLED_SHUTDOWN,
                              detail={"state": "shutting_down"})
         for p in self._partitions_of(b):
             self.change(p, remove=b, cause="controlled_shutdown")
@@ -340,7 +340,7 @@ class Controller:
                  and force_leader is None)
         if not valid:
             new_leader, kind = self._choose_leader(p, target, force_leader, allow_unclean, old_elr)
-        if kind in ("unclean", "last_known_leader", "elr"):
+        if kind in (*UNCLEAN_ELECTIONS, ElectionKind.ELR):
             target = np.zeros_like(target)
             target[replicas.index(new_leader)] = True
         eff_min = int(min(t.configured_min_isr[p], rf))
@@ -363,11 +363,11 @@ class Controller:
             t.leader[p] = new_leader
             if new_leader != NO_BROKER:
                 t.leader_epoch[p] += 1
-                t.recovery_state[p] = RECOVERING if kind in ("unclean", "last_known_leader") else RECOVERED
-                self._record_election(p, new_leader, old_leader, kind or "clean", cause)
+                t.recovery_state[p] = RECOVERING if kind in UNCLEAN_ELECTIONS else RECOVERED
+                self._record_election(p, new_leader, old_leader, kind or ElectionKind.CLEAN, cause)
             elif old_leader != NO_BROKER:
                 t.leader_epoch[p] += 1
-                sim.events.emit(EventType.ELECTION, p=p, broker_id=None, cause="offline",
+                sim.events.emit(EventType.ELECTION, p=p, broker_id=None, cause=ElectionKind.OFFLINE,
                                 detail={"previous_leader": old_leader, "trigger": cause})
         if not leader_initiated and not np.array_equal(target, old_isr):
             sim.events.emit(EventType.ISR_CHANGE_CONTROLLER, p=p, broker_id=None, cause=cause,
@@ -398,24 +398,24 @@ class Controller:
         t = self.t
         replicas = t.replica_list(p)
         if force_leader is not None and self.acceptable(force_leader) and target[replicas.index(force_leader)]:
-            return force_leader, "preferred"
+            return force_leader, ElectionKind.PREFERRED
         for s, b in enumerate(replicas):
             if target[s] and self.acceptable(b):
-                return b, "clean"
+                return b, ElectionKind.CLEAN
         if self.sim.cfg.eligible_leader_replicas_enable and not target[: len(replicas)].any():
             for s, b in enumerate(replicas):
                 if elr[s] and self.acceptable(b):
-                    return b, "elr"
+                    return b, ElectionKind.ELR
             # PartitionChangeBuilder.canElectLastKnownLeader: ISR and ELR empty, lastKnownElr one member.
             known = t.last_known_elr[p, : len(replicas)]
             if not elr.any() and int(known.sum()) == 1:
                 last = replicas[int(np.flatnonzero(known)[0])]
                 if self.acceptable(last):
-                    return last, "last_known_leader"
+                    return last, ElectionKind.LAST_KNOWN_LEADER
         if allow_unclean:
             for b in replicas:
                 if self.acceptable(b) and self.sim.brokers.running(b):
-                    return b, "unclean"
+                    return b, ElectionKind.UNCLEAN
         return NO_BROKER, None
 
     def _record_election(self, p: int, leader: int, previous: int, kind: str, cause: str) -> None:
@@ -425,7 +425,7 @@ class Controller:
                                       "leader_epoch": int(self.t.leader_epoch[p])})
         self.last_election[p] = (seq, kind)
         sim.metrics.mark(CONTROLLER_NODE_ID, "LeaderElectionRateAndTimeMs")
-        if kind in ("unclean", "last_known_leader"):
+        if kind in UNCLEAN_ELECTIONS:
             sim.metrics.mark(CONTROLLER_NODE_ID, "UncleanLeaderElectionsPerSec")
             delay = sim.cfg.metadata_propagation_ms + 2 * sim.cfg.network_latency_ms
             sim.queue.schedule(sim.clock.now_ms + delay, "leader_recovered", (p, int(self.t.leader_epoch[p])))

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from broker_emulator.config import acks_label
-from schemas.bronze import EventType
+from schemas.bronze import UNCLEAN_ELECTIONS, ElectionKind, EventType
 
 if TYPE_CHECKING:
     from broker_emulator.clock import SimClock
@@ -163,11 +163,11 @@ class Ledger:
 
     def _cause(self, p: int, s: int, acks: int) -> str:
         sim = self.sim
-        _seq, kind = sim.controller.last_election.get(p, (-1, "clean"))
+        _seq, kind = sim.controller.last_election.get(p, (-1, ElectionKind.CLEAN))
         broker = int(sim.table.replicas[p, s])
         if sim.data_loss_by_broker.get(broker):
             return sim.data_loss_by_broker[broker]  # its copy went with the page cache (or the disk)
-        if kind in ("unclean", "last_known_leader"):
+        if kind in UNCLEAN_ELECTIONS:
             return "unclean_election"
         if sim.stale_leader_writes.get(p):
             return "stale_leader"

@@ -37,7 +37,7 @@ from broker_emulator.produce import Produce
 from broker_emulator.replication import Replication
 from broker_emulator.scenario import Scenario
 from broker_emulator.state import NO_BROKER, PartitionTable
-from schemas.bronze import EventType
+from schemas.bronze import BrokerStateCause, EventType
 
 MAX_EVENTS_PER_SIM_SECOND = 5_000_000  # a bound on every run: a runaway loop fails instead of hanging
 
@@ -321,7 +321,8 @@ class Simulation:
         st.liveness = Liveness.STOPPED
         close_connections(self, b)
         self.controller.fenced[b] = True
-        self.events.emit(EventType.BROKER_STATE, broker_id=b, cause="controlled_shutdown", detail={"state": "stopped"})
+        self.events.emit(EventType.BROKER_STATE, broker_id=b, cause=BrokerStateCause.CONTROLLED_SHUTDOWN,
+                         detail={"state": "stopped"})
 
     def _registered(self, payload: tuple[int, bool]) -> None:
         b, unclean = payload
@@ -331,8 +332,8 @@ class Simulation:
         st.liveness = Liveness.ALIVE
         st.epoch += 1
         self.metrics.reset_broker(b)
-        self.events.emit(EventType.BROKER_STATE, broker_id=b, cause="registered", detail={"state": "alive",
-                                                                                 "unclean_shutdown": unclean})
+        self.events.emit(EventType.BROKER_STATE, broker_id=b, cause=BrokerStateCause.REGISTERED,
+                         detail={"state": "alive", "unclean_shutdown": unclean})
         self.controller.registered(b, unclean)
         # A restarted broker knows nothing of leadership: every replica goes through becoming
         # leader/follower again (and, before KIP-101, truncation to its checkpointed HW).

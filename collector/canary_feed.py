@@ -21,9 +21,10 @@ from collector.canary_topic import CanaryConfig
 from collector.cluster_view import Partition, TopicPartition
 from collector.kafka_wire import BrokerConnection
 from collector.observed_events import Event
-from schemas.bronze import EventType
+from schemas.bronze import ElectionKind, EventType
 
-LOSS_CAUSES = {(EventType.ELECTION, "unclean"): "unclean_election", (EventType.ELECTION, "elr"): "elr_election",
+LOSS_CAUSES = {(EventType.ELECTION, ElectionKind.UNCLEAN): "unclean_election",
+               (EventType.ELECTION, ElectionKind.ELR): "elr_election",
                (EventType.TRUNCATION, "new_leader_log_shorter"): "truncation"}
 HISTORY_PER_PARTITION = 64
 # Any election: the collector may read a leader change too late to tell a clean election from an unclean one.

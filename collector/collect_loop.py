@@ -42,7 +42,7 @@ from collector.scrape_schedule import ScrapeSchedule, ScrapeTiming
 from foundation.bronze_sink import DeltaSink
 from foundation.object_store import is_object_store
 from schemas import bronze
-from schemas.bronze import EventType, NodeRole
+from schemas.bronze import UNCLEAN_ELECTIONS, EventType, NodeRole
 from schemas.table import TableDef
 
 log = logging.getLogger("isrwatch.collect")
@@ -302,7 +302,7 @@ class Collector:
 
     def _remember(self, view: ClusterView, events: list[Event]) -> None:
         unclean = {(e.topic, e.partition) for e in events
-                   if e.event_type == EventType.ELECTION and e.cause == "unclean"}
+                   if e.event_type == EventType.ELECTION and e.cause in UNCLEAN_ELECTIONS}
         for tp, p in view.partitions.items():
             before = self.memory.partitions.get(tp)
             changed = before is None or (p.leader, p.leader_epoch, list(p.isr), list(p.elr), list(p.replicas)) != (

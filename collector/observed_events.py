@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from collector.cluster_view import ClusterView, Partition, TopicConfig, TopicPartition
-from schemas.bronze import EventType
+from schemas.bronze import BrokerStateCause, ElectionKind, EventType
 
 
 @dataclass
@@ -85,12 +85,12 @@ def election_kind(previous: Remembered, new_leader: int, new_isr: tuple[int, ...
     election: a rolling restart seen at a 2 s interval) and the election was clean. The new leader being alone in
     the ISR is no sign either way: a recovered leader takes followers back within a second."""
     if new_leader in previous.isr:
-        return "clean"
+        return ElectionKind.CLEAN
     if new_leader in previous.elr:
-        return "elr"
+        return ElectionKind.ELR
     if set(new_isr) & set(previous.isr):
-        return "clean"
-    return "unclean"
+        return ElectionKind.CLEAN
+    return ElectionKind.UNCLEAN
 
 
 def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, now: Partition,
@@ -112,7 +112,7 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
 
     if now.leader != before.leader:
         if now.leader < 0:
-            event(EventType.ELECTION, "offline", detail={"previous_leader": before.leader})
+            event(EventType.ELECTION, ElectionKind.OFFLINE, detail={"previous_leader": before.leader})
         else:
             event(EventType.ELECTION, election_kind(before, now.leader, now.isr), broker_id=now.leader,
                   detail={"previous_leader": before.leader, "previous_isr": before.isr,
@@ -123,7 +123,7 @@ def partition_events(ts_ms: int, tp: TopicPartition, before: Remembered | None, 
     fenced = [b for b in removed if registered is not None and b not in registered]
     stopping = [b for b in removed if b in shutting_down and b not in fenced]
     dropped = [b for b in removed if b not in fenced and b not in stopping]
-    for cause, gone in (("fenced", fenced), ("controlled_shutdown", stopping)):
+    for cause, gone in (("fenced", fenced), (BrokerStateCause.CONTROLLED_SHUTDOWN, stopping)):
         if gone:
             event(EventType.ISR_CHANGE_CONTROLLER, cause,
                   detail={"previous_isr": before.isr, "isr": [b for b in before.isr if b not in gone]})
@@ -183,22 +183,23 @@ def broker_events(ts_ms: int, registered_before: set[int], registered_now: set[i
     `fenced`."""
     out: list[Event] = []
     for b in sorted(shutting_down - announced):
-        out.append(Event(ts_ms, EventType.BROKER_STATE, "controlled_shutdown", broker_id=b,
+        out.append(Event(ts_ms, EventType.BROKER_STATE, BrokerStateCause.CONTROLLED_SHUTDOWN, broker_id=b,
                          detail={"state": "stopped", "seen": "leaderships moved, out of every ISR"}))
     for b in sorted(registered_before - registered_now):
         answered = (last_answered_ms or {}).get(b)
         seen_shutting_down = b in shutting_down or b in announced
         if not seen_shutting_down and answered is not None and ts_ms - answered <= shutdown_silence_ms:
-            out.append(Event(ts_ms, EventType.BROKER_STATE, "controlled_shutdown", broker_id=b,
+            out.append(Event(ts_ms, EventType.BROKER_STATE, BrokerStateCause.CONTROLLED_SHUTDOWN, broker_id=b,
                              detail={"state": "stopped", "last_answered_ms": answered}))
         out.append(Event(ts_ms, EventType.FENCED, "left_metadata", broker_id=b))
     for b in sorted(registered_now - registered_before):
         out.append(Event(ts_ms, EventType.UNFENCED, "joined_metadata", broker_id=b))
     for b in sorted(set(silent_now) - set(silent_before)):
-        out.append(Event(ts_ms, EventType.BROKER_STATE, "not_answering", broker_id=b,
+        out.append(Event(ts_ms, EventType.BROKER_STATE, BrokerStateCause.NOT_ANSWERING, broker_id=b,
                          detail={"state": "not_answering", "reason": silent_now[b]}))
     for b in sorted(set(silent_before) - set(silent_now)):
-        out.append(Event(ts_ms, EventType.BROKER_STATE, "answering", broker_id=b, detail={"state": "answering"}))
+        out.append(Event(ts_ms, EventType.BROKER_STATE, BrokerStateCause.ANSWERING, broker_id=b,
+                         detail={"state": "answering"}))
     return out
 
 

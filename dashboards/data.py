@@ -23,7 +23,7 @@ from lakehouse_read.metrics_coverage import METRICS_COVERAGE as METRICS_COVERAGE
 from lakehouse_read.metrics_coverage import metrics_coverage
 from lakehouse_read.reader import LakehouseReader, UnknownTable
 from pipelines import slo_spec
-from schemas.bronze import EventType
+from schemas.bronze import UNCLEAN_ELECTIONS, EventType
 from schemas.gold import AlertStatus
 
 BROKER_METRICS = "silver.broker_metrics"
@@ -38,7 +38,6 @@ PARTITION_GAUGES = ("UnderReplicatedPartitions", "UnderMinIsrPartitionCount", "A
 OFFLINE_PARTITIONS = "OfflinePartitionsCount"
 # Elections that may pick a leader without every committed record: the ack ledger attributes losses
 # after both to "unclean_election" (broker_emulator/ledger.py).
-DATA_LOSS_ELECTIONS = ("unclean", "last_known_leader")
 ACTIVE_ALERT_STATUSES = (AlertStatus.FIRING.value, AlertStatus.PENDING.value)
 SEVERITY_ORDER = ("critical", "warning", "info")
 BURN_WINDOWS = tuple(slo_spec.BURN_WINDOWS)  # 5m, 30m, 1h, 6h, 3d: the burn_rate_* columns
@@ -120,7 +119,7 @@ def data_loss_events(reader: LakehouseReader, scope: Scope) -> pd.DataFrame:
     parts = []
     is_election = ds.field("event_type") == EventType.ELECTION.value
     elections = _scan(reader, CLUSTER_EVENTS, window_filter(scope) & is_election
-                      & ds.field("cause").isin(list(DATA_LOSS_ELECTIONS)), ["ts", "topic", "partition", "cause"])
+                      & ds.field("cause").isin(list(UNCLEAN_ELECTIONS)), ["ts", "topic", "partition", "cause"])
     if elections is not None and elections.num_rows:
         frame = bucket_ts(elections, scope).to_pandas()
         frame["kind"] = frame["cause"].str.replace("_", " ") + " election"

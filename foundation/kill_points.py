@@ -23,8 +23,8 @@ VALIDATE = "validate"
 DECLARED: dict[str, tuple[str, ...]] = {
     VALIDATE: ("after_silver", "after_quarantine", "after_dq"),
     "dq_behind": ("before_check",),
-    "alert_lane": ("after_delivery", "after_events", "after_state", "before_record"),
-    "alerts": ("after_delivery", "after_events", "after_state"),
+    "alert_lane": ("after_delivery", "after_events", "after_alerts", "after_state", "before_record"),
+    "alerts": ("after_delivery", "after_events", "after_alerts", "after_state"),
     "posture": ("after_history",),
     "slo": ("after_timeslices",),
     "webhook": ("after_post",),

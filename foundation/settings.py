@@ -52,6 +52,9 @@ class JobSettings(BaseModel):
     max_files_per_trigger: int = Field(default=1000, ge=1)
     maintain_every_batches: int = Field(default=600, ge=1)
     wait_for_tables: Duration = dt.timedelta(seconds=300)  # at start-up, for the tables a job reads to appear
+    # A micro-batch of more rows (a catch-up) is not collected to the driver: validate checks it on the executors
+    # (but for its small tables), the alerts and slo jobs evaluate it cluster by cluster there. Bounds driver memory.
+    driver_max_rows: int = Field(default=500_000, ge=0)
 
 
 class ValidateSettings(JobSettings):
@@ -59,7 +62,6 @@ class ValidateSettings(JobSettings):
     trigger_interval: Duration = dt.timedelta(seconds=10)
     dedup_window: Duration = dt.timedelta(minutes=10)
     counter_lookback: Duration = dt.timedelta(minutes=2)
-    driver_max_rows: int = Field(default=500_000, ge=1)  # a larger micro-batch is checked on the executors
     vacuum_retention: Duration = dt.timedelta(hours=168)
     wait_for_tables: Duration = dt.timedelta(seconds=120)
 
@@ -76,8 +78,6 @@ class ValidateSettings(JobSettings):
 class AlertsSettings(JobSettings):
     rules: str | None = None            # default conf/alerts.yaml
     webhooks: bool = True
-    # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
-    driver_max_rows: int = Field(default=500_000, ge=0)
     # The alert lane (jobs/alert_lane.py) evaluates the rules on silver tables over the bronze commit logs: with a live
     # validate, micro-batches back to back, an idle lane looking for new commits every `lane_trigger_interval`.
     lane_trigger_interval: Duration = dt.timedelta(milliseconds=100)
@@ -91,8 +91,6 @@ class PostureSettings(JobSettings):
 
 class SloSettings(JobSettings):
     specs: str | None = None            # default conf/slos.yaml
-    # A micro-batch of more rows is evaluated on the executors, cluster by cluster, not collected to the driver.
-    driver_max_rows: int = Field(default=500_000, ge=0)
 
 
 class ApiSettings(BaseModel):

@@ -174,7 +174,7 @@ class AlertStats:
     total_transitions: int = 0
     batches: int = 0
     busy_ms: int = 0            # all batches' durations
-    executor_batches: int = 0   # batches evaluated on the executors (more than alerts.driver_max_rows rows)
+    executor_batches: int = 0   # batches evaluated on the executors (more than driver_max_rows rows)
 
     def describe(self) -> str:
         return f"{self.total_transitions} transitions, {self.firing} firing"
@@ -253,6 +253,7 @@ class AlertStage:
         kill_points.reached(self.job, batch_id, "after_events")
         self._overwrite(ALERTS, pa.Table.from_pylist(r.alerts, schema=ALERTS.arrow_schema), batch_id,
                         f"stage = '{self.name}'")
+        kill_points.reached(self.job, batch_id, "after_alerts")
         self._overwrite(ALERTS_STATE, pa.Table.from_pylist(r.state, schema=ALERTS_STATE.arrow_schema), batch_id,
                         f"engine = '{self.name}'")
         kill_points.reached(self.job, batch_id, "after_state")

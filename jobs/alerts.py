@@ -7,7 +7,7 @@ The rules on silver tables are evaluated by the alert lane beside validate, on e
 write. One streaming query reads the tables its rules use (a union, so one micro-batch id orders everything),
 shapes each micro-batch into per-entity samples and runs the rule lifecycle
 (pipelines/alert_engine.py): on the driver for a live batch, or, for a batch of more than
-`alerts.driver_max_rows` rows (a catch-up), on the executors, one group per cluster
+`driver_max_rows` rows (a catch-up), on the executors, one group per cluster
 (pipelines/alert_per_cluster.py), with the same transitions. The engine's state is stored in
 gold.alerts_engine_state after every batch and restored at start-up.
 
@@ -142,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rules", default=None, help="alert rules and receivers (default conf/alerts.yaml)")
     p.add_argument("--no-webhooks", action="store_true", help="evaluate and record, deliver nothing")
     p.add_argument("--driver-max-rows", type=int, default=None, metavar="N",
-                   help="evaluate a micro-batch of more rows on the executors (default alerts.driver_max_rows)")
+                   help="evaluate a micro-batch of more rows on the executors "
+                        "(default: driver_max_rows, conf/pipeline.yaml)")
     return p
 
 

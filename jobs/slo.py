@@ -7,7 +7,7 @@ pipelines/slo_math.py); each new interval gets a status row: SLI over the rollin
 left, burn rates over 5m/30m/1h/6h/3d, and whether a page or ticket burn condition holds. The alerts job
 reads gold.slo_status and runs those conditions through the same alert lifecycle as every other rule.
 
-A micro-batch of more than `slo.driver_max_rows` rows (a catch-up) is not collected: it is grouped by
+A micro-batch of more than `driver_max_rows` rows (a catch-up) is not collected: it is grouped by
 cluster on the executors, each cluster computed there from its own series (pipelines/slo_per_cluster.py).
 
 Restart: the rolling windows are rebuilt from gold.slo_timeslices (only slices of batches whose status is
@@ -72,7 +72,7 @@ class SloStats:
     paging: int = 0
     ticketing: int = 0
     batches: int = 0
-    executor_batches: int = 0   # batches evaluated on the executors (more than slo.driver_max_rows rows)
+    executor_batches: int = 0   # batches evaluated on the executors (more than driver_max_rows rows)
 
     def describe(self) -> str:
         return f"{self.slices} timeslices, {self.paging} paging, {self.ticketing} ticketing"
@@ -171,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(p)
     p.add_argument("--slos", default=None, help="SLO specs (default conf/slos.yaml)")
     p.add_argument("--driver-max-rows", type=int, default=None, metavar="N",
-                   help="evaluate a micro-batch of more rows on the executors (default slo.driver_max_rows)")
+                   help="evaluate a micro-batch of more rows on the executors "
+                        "(default: driver_max_rows, conf/pipeline.yaml)")
     return p
 
 

@@ -10,7 +10,7 @@ replayed identically after a restart), is de-duplicated on each table's natural 
 `dedup_window`, enriched with the context its expectations need, and split per table: rows passing
 every expectation go to silver, the others to quarantine with the failed expectations and offending
 values (jobs/validate_routes.py routes a table's rows: on the driver for a micro-batch of up to
-`validate.driver_max_rows` rows, else on the executors); Great Expectations validates the same rows for the
+`driver_max_rows` rows, else on the executors); Great Expectations validates the same rows for the
 record, silver.dq_runs, one commit per micro-batch (behind live batches: jobs/dq_behind.py).
 
 Exactly once: the Delta sources' offsets and the dedup state live in the query's checkpoint, and every

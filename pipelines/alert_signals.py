@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from schemas.bronze import EventType
+from schemas.bronze import UNCLEAN_ELECTIONS, BrokerStateCause, EventType
 from schemas.gold_durability import FINDING_COLUMNS
 from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
 
@@ -165,7 +165,8 @@ def shape_cluster_events(rows: pd.DataFrame) -> pd.DataFrame:
     counts = pd.DataFrame({
         "run_id": e["run_id"], "ts": e["ts"], "topic": e["topic"], "partition": e["partition"].astype("int64"),
         "isr_shrinks": (et == EventType.ISR_SHRINK), "isr_expands": (et == EventType.ISR_EXPAND),
-        "elections": (et == EventType.ELECTION), "unclean_elections": (et == EventType.ELECTION) & (cause == "unclean"),
+        "elections": (et == EventType.ELECTION),
+        "unclean_elections": (et == EventType.ELECTION) & cause.isin(UNCLEAN_ELECTIONS),
         "produce_not_enough_replicas": (et == EventType.PRODUCE_REJECTED) & (cause == "NOT_ENOUGH_REPLICAS"),
         "produce_rejected": (et == EventType.PRODUCE_REJECTED), "truncations": (et == EventType.TRUNCATION),
         "records_truncated": np.where(et == EventType.TRUNCATION, e["records"].fillna(0), 0),
@@ -279,7 +280,7 @@ BROKER_STOPS = "broker_stops"        # not a rule source: brokers stopped with a
 def shape_broker_stops(rows: pd.DataFrame) -> pd.DataFrame:
     """cluster_events rows -> (run_id, ts, broker_id, stopped): a broker stopped with a controlled shutdown
     (`broker_state` events of cause `controlled_shutdown`: a rolling restart's), and back (`unfenced`)."""
-    shutdown = (rows["event_type"] == EventType.BROKER_STATE) & (rows["cause"] == "controlled_shutdown")
+    shutdown = (rows["event_type"] == EventType.BROKER_STATE) & (rows["cause"] == BrokerStateCause.CONTROLLED_SHUTDOWN)
     back = rows["event_type"] == EventType.UNFENCED
     picked = rows[(shutdown | back) & rows["broker_id"].notna()]
     return pd.DataFrame({"run_id": picked["run_id"], "ts": picked["ts"],

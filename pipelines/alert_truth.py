@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from pipelines.alert_signals import shape_isr_membership
-from schemas.bronze import EventType
+from schemas.bronze import UNCLEAN_ELECTIONS, EventType
 from schemas.gold import AlertStatus
 
 CLASSES: dict[str, tuple[str, ...]] = {
@@ -74,7 +74,6 @@ def _runs(samples: pd.DataFrame, cond: np.ndarray, cls: str) -> pd.DataFrame:
     return out.reset_index(drop=True).assign(cls=cls, records=0.0)
 
 
-UNCLEAN_CAUSES = ("unclean", "last_known_leader")  # the elections UncleanLeaderElectionsPerSec counts
 
 
 def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
@@ -108,7 +107,7 @@ def episodes(partition_state: pd.DataFrame, ack_ledger: pd.DataFrame,
                                "records": lost["records_lost"].astype("float64")}))
     if cluster_events is not None:
         ce = cluster_events
-        unclean = ce[(ce["event_type"] == EventType.ELECTION) & ce["cause"].isin(UNCLEAN_CAUSES)]
+        unclean = ce[(ce["event_type"] == EventType.ELECTION) & ce["cause"].isin(UNCLEAN_ELECTIONS)]
         parts.append(pd.DataFrame({"cls": "unclean_elections", "cluster": unclean["run_id"],
                                    "topic": unclean["topic"], "partition": unclean["partition"],
                                    "start": unclean["ts"], "end": unclean["ts"], "records": 0.0}))

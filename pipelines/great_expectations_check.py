@@ -3,7 +3,7 @@
 GE's verdict is the record of each run in `silver.dq_runs`. The rows are routed by pipelines/expectations.py, which
 implements the same suite; GE is not asked to agree while the job runs (tests/pipeline/test_row_checks.py has GE
 itself count what the check counts). GE validates where the rows are: its `pandas` engine a frame collected to the
-driver through Arrow (live batches, up to `validate.driver_max_rows` rows), its `spark` engine a DataFrame on the
+driver through Arrow (live batches, up to `driver_max_rows` rows), its `spark` engine a DataFrame on the
 executors (GE's Spark engine runs a Spark job per metric, seconds per batch).
 """
 

@@ -52,6 +52,30 @@ class EventType(StrEnum):
     UNFENCED = "unfenced"
 
 
+class ElectionKind(StrEnum):
+    """bronze.cluster_events.cause of an `election` event: whom the controller chose (KAFKA_SEMANTICS.md)."""
+
+    PREFERRED = "preferred"                  # the preferred replica, asked for (ElectLeaders, rebalance)
+    CLEAN = "clean"                          # a member of the ISR
+    ELR = "elr"                              # a member of the eligible leader replicas (KIP-966)
+    LAST_KNOWN_LEADER = "last_known_leader"  # ELR on, ISR and ELR empty: the last known leader
+    UNCLEAN = "unclean"                      # unclean.leader.election.enable: any live replica
+    OFFLINE = "offline"                      # no replica could lead
+
+
+# The elections that may lose acknowledged records: those Kafka counts in UncleanLeaderElectionsPerSec.
+UNCLEAN_ELECTIONS = frozenset({ElectionKind.UNCLEAN, ElectionKind.LAST_KNOWN_LEADER})
+
+
+class BrokerStateCause(StrEnum):
+    """bronze.cluster_events.cause of a `broker_state` event."""
+
+    REGISTERED = "registered"
+    CONTROLLED_SHUTDOWN = "controlled_shutdown"   # a rolling restart's: the broker asked to leave
+    NOT_ANSWERING = "not_answering"               # the collector cannot reach it
+    ANSWERING = "answering"
+
+
 EVENT_TYPES = tuple(t.value for t in EventType)
 ACKS_LEVELS = ("0", "1", "all")
 
@@ -139,7 +163,8 @@ _schema, _docs = columns(
     ("topic", pa.string(), True, "topic the event concerns, if any"),
     ("partition", pa.int32(), True, "partition the event concerns, if any"),
     ("leader_epoch", pa.int32(), True, "leader epoch after the event, for partition events"),
-    ("cause", pa.string(), False, "why: e.g. lag, caught_up, fenced, controlled_shutdown, clean, unclean, elr"),
+    ("cause", pa.string(), False, "why: an election's ElectionKind, a broker_state's BrokerStateCause, a "
+     "produce_rejected's Kafka error code, a fault's kind; else e.g. lag, caught_up, fenced"),
     ("records", pa.int64(), True, "records involved (truncated, rejected, lost), if any"),
     ("detail", pa.string(), False, "JSON object with the event's remaining fields"),
 )

@@ -90,12 +90,14 @@ def test_a_duration_without_a_known_unit_is_refused_naming_file_key_and_value(tm
 
 def test_the_defaults_apply_to_every_job_whose_own_section_does_not_set_them(tmp_path: Path) -> None:
     s = _load(tmp_path, "defaults:\n  trigger_interval: 5 seconds\n  wait_for_tables: 0 seconds\n"
-                        "  max_files_per_trigger: 7\nslo:\n  trigger_interval: 2 minutes\n")
+                        "  max_files_per_trigger: 7\n  driver_max_rows: 40\n"
+                        "slo:\n  trigger_interval: 2 minutes\nalerts:\n  driver_max_rows: 0\n")
     jobs = {"validate": s.validate_, "alerts": s.alerts, "posture": s.posture, "slo": s.slo}
     assert {n: j.trigger_interval.total_seconds() for n, j in jobs.items()} == {
         "validate": 5, "alerts": 5, "posture": 5, "slo": 120}
     assert {j.wait_for_tables.total_seconds() for j in jobs.values()} == {0}
     assert {j.max_files_per_trigger for j in jobs.values()} == {7}
+    assert {n: j.driver_max_rows for n, j in jobs.items()} == {"validate": 40, "alerts": 0, "posture": 40, "slo": 40}
     # Without a defaults section, each job's own default: validate's trigger is faster than the gold jobs'.
     plain = _load(tmp_path, "lakehouse: x\n")
     assert (plain.validate_.trigger_interval, plain.alerts.trigger_interval) == (dt.timedelta(seconds=10),

@@ -1,9 +1,10 @@
 """The alert lane SIGKILLed at each of its write boundaries, in a real `jobs/validate.py` process, then run to the end.
 
 The boundaries, in a batch's order: the transitions handed to the receivers (`after_delivery`), gold.alert_events
-committed (`after_events`), gold.alerts and the engine's state committed (`after_state`), and a batch Spark has
-committed whose record the writer behind the batches has not written (`before_record`). Each kill is a real
-SIGKILL of the process (a kill point armed by tests/kill_at.py); each start continues from what the killed one left.
+committed (`after_events`), gold.alerts committed (`after_alerts`), the engine's state committed (`after_state`), and
+a batch Spark has committed whose record the writer behind the batches has not written (`before_record`). Each kill is
+a real SIGKILL of the process (a kill point armed by tests/kill_at.py); each start continues from what the killed one
+left.
 At the end every transition is recorded once, under the id it was sent with, and is the engine's over all the rows
 at once; the receiver got every routed transition, a killed batch's again under the same delivery ids.
 """
@@ -24,7 +25,7 @@ from tests.kill_at import killed_at
 
 ROOT = Path(__file__).resolve().parents[2]
 # (batch, point): one commit a table per batch, the faults' transitions in the first batches.
-KILLS = ((0, "after_delivery"), (1, "after_events"), (2, "after_state"), (3, "before_record"))
+KILLS = ((0, "after_delivery"), (1, "after_events"), (2, "after_alerts"), (3, "after_state"), (4, "before_record"))
 
 
 def _validate(lake: str, rules: str, kill: str | None) -> subprocess.CompletedProcess[str]:
@@ -54,6 +55,9 @@ def test_the_lane_sigkilled_at_each_write_boundary_loses_and_repeats_nothing(bro
                 assert not [e for e in events if e["eval_batch_id"] == batch] and _recorded_batch(lake) < batch
             elif point == "after_events":  # its events, not its state
                 assert _recorded_batch(lake) < batch
+            elif point == "after_alerts":  # its events and gold.alerts, not its state
+                assert _recorded_batch(lake) < batch
+                assert {r["updated_batch_id"] for r in read_rows(ALERTS, lake).to_pylist()} == {batch}
             elif point == "after_state":   # recorded whole (Spark may have committed it: records follow the batches)
                 assert _recorded_batch(lake) == batch
             else:                          # committed by Spark, not recorded
@@ -62,7 +66,7 @@ def test_the_lane_sigkilled_at_each_write_boundary_loses_and_repeats_nothing(bro
             assert len(events) >= events_before
         done = _validate(lake, rules, None)
         assert done.returncode == 0, done.stderr[-3000:]
-        assert "alert_lane: replayed batches 3..3" in done.stderr, done.stderr[-3000:]
+        assert "alert_lane: replayed batches 4..4" in done.stderr, done.stderr[-3000:]
     finally:
         receiver.stop()
 

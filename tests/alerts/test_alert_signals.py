@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from pipelines.alert_signals import BROKER_METRIC_COLUMNS, shape_broker_metrics
+from pipelines.alert_signals import BROKER_METRIC_COLUMNS, shape_broker_metrics, shape_cluster_events
+from schemas.bronze import ElectionKind, EventType
 from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
 
 METERS = {*BROKER_METERS, *CONTROLLER_METERS}
@@ -55,3 +56,16 @@ def test_the_wide_frame_equals_the_pivot_of_the_rows() -> None:
         assert rows.duplicated(["run_id", "ts", "broker_id", "mbean"]).any()  # cells given twice: the last wins
         assert "c9" not in set(shaped["run_id"])
         assert shaped[["run_id", "ts", "broker_id"]].duplicated().sum() == 0
+
+
+def test_an_election_of_the_last_known_leader_counts_as_unclean_as_kafka_counts_it() -> None:
+    """PartitionChangeBuilder elects the last known leader (ELR on, ISR and ELR empty) with `unclean` set, so
+    UncleanLeaderElectionsPerSec counts it: the event column, the ground truth and the pages count the same set."""
+    kinds = [ElectionKind.CLEAN, ElectionKind.ELR, ElectionKind.LAST_KNOWN_LEADER, ElectionKind.UNCLEAN,
+             ElectionKind.OFFLINE]
+    ts = pd.Timestamp("2026-11-29T00:00:00Z")
+    rows = pd.DataFrame({"run_id": "r", "ts": ts, "topic": "t", "partition": range(len(kinds)),
+                         "event_type": EventType.ELECTION, "cause": [str(k) for k in kinds], "records": np.nan})
+    got = shape_cluster_events(rows).set_index("partition")
+    assert list(got["elections"]) == [1, 1, 1, 1, 1]
+    assert list(got["unclean_elections"]) == [0, 0, 1, 1, 0]

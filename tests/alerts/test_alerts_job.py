@@ -241,11 +241,15 @@ def test_the_gold_jobs_sigkilled_at_each_write_boundary_repeat_and_lose_nothing(
         assert read_rows(POSTURE, lake).num_rows and read_rows(SLO_TIMESLICES, lake).num_rows
         assert not read_rows(SLO_STATUS, lake).num_rows
         # That batch, killed at each of its boundaries in turn (each run replays
-        # it): delivered, nothing of it recorded; its events recorded, not its state; its state, not Spark's commit.
+        # it): delivered, nothing of it recorded; its events recorded, not gold.alerts; gold.alerts, not its state; its
+        # state, not Spark's commit.
         run(f"alerts:{state_batch}:after_delivery")
         assert receiver.delivered() and not [e for e in transitions(lake) if e["eval_batch_id"] == state_batch]
         run(f"alerts:{state_batch}:after_events")
         assert state_batch in {e["eval_batch_id"] for e in transitions(lake)}
+        assert all(r["batch_id"] < state_batch for r in read_rows(ALERTS_STATE, lake).to_pylist())
+        run(f"alerts:{state_batch}:after_alerts")
+        assert {r["updated_batch_id"] for r in read_rows(ALERTS, lake).to_pylist()} == {state_batch}
         assert all(r["batch_id"] < state_batch for r in read_rows(ALERTS_STATE, lake).to_pylist())
         run(f"alerts:{state_batch}:after_state")
         assert {r["batch_id"] for r in read_rows(ALERTS_STATE, lake).to_pylist()} == {state_batch}

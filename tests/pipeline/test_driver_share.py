@@ -23,14 +23,14 @@ def test_once_a_table_does_not_fit_no_larger_one_is_taken_and_ties_go_by_name() 
     assert driver_share({}, 100) == set()
 
 
-def test_the_validate_flag_sets_the_limit_and_a_limit_below_one_row_is_refused_by_name() -> None:
+def test_the_validate_flag_sets_the_limit_and_a_negative_limit_is_refused_by_name() -> None:
     from foundation.settings import SettingsError
     from jobs.validate_args import build_parser, settings_from_args
 
     args = build_parser().parse_args(["--lakehouse", "/tmp/lake", "--driver-max-rows", "50000"])
     assert settings_from_args(args).validate_.driver_max_rows == 50_000
     with pytest.raises(SettingsError, match="driver_max_rows"):
-        settings_from_args(build_parser().parse_args(["--lakehouse", "/tmp/lake", "--driver-max-rows", "0"]))
+        settings_from_args(build_parser().parse_args(["--lakehouse", "/tmp/lake", "--driver-max-rows", "-1"]))
 
 
 @pytest.mark.parametrize(("key", "says"), [("ge_engine", "validate.driver_max_rows"),
