@@ -89,6 +89,13 @@ def added_paths(table_path: str, adds: list[dict[str, Any]]) -> list[str]:
     return [posixpath.join(table_path, unquote(a["path"])) for a in adds]
 
 
+def read_file(path: str, fs: pafs.FileSystem) -> pa.Table:
+    """One small Parquet file, whole. `pq.read_table` builds a dataset for each call and hands the decoding to
+    Arrow's thread pool: 1.5-1.7 ms a bronze file of a live commit here, against 0.65-0.7 ms for this."""
+    with fs.open_input_file(path) as f:
+        return pq.ParquetFile(f).read(use_threads=False)
+
+
 def data_files(table_path: str, version: int, fs: pafs.FileSystem | None = None) -> list[str]:
     """The Parquet files commit `version` added with new data, in the commit's order."""
     return added_paths(table_path, data_adds(table_path, version, fs))
@@ -240,7 +247,7 @@ class BronzeLogReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow)
     def _read(self, planned: list[tuple[TableDef, Commits]]) -> list[pa.RecordBatch]:
         fs = self._lake()[0]
         return [batch for td, commits in planned for version, files in commits for f in files
-                for batch in self._rows(td, pq.read_table(f, filesystem=fs), version)]
+                for batch in self._rows(td, read_file(f, fs), version)]
 
     def _rows(self, td: TableDef, rows: pa.Table, version: int) -> list[pa.RecordBatch]:
         if rows.num_rows == 0:

@@ -77,16 +77,20 @@ def local_master_settings(master: str, on_store: bool) -> dict[str, str]:
       creates (Hadoop's native library, which would avoid that, is not in pyspark): a streaming micro-batch's offset
       and commit log entries forked it four times, walCommit + commitOffsets took 27 ms on an idle machine and ~60 ms
       in the alert latency bench, 5 ms idle this way. Not for a lakehouse on an object store.
-    - Spark's tasks at a lower CPU priority than the driver's threads (`spark.plugins`): the alert lane's batches run
-      on the driver and wait for a core while a validate batch's tasks hold both (docs/benchmarks.md).
+    - Spark's tasks and the JIT compiler's threads at a lower CPU priority than the driver's other threads
+      (`spark.plugins`): the alert lane's batches run on the driver and wait for a core while a validate batch's tasks,
+      or the compiler, hold both (docs/benchmarks.md). The JVM creates its compiler threads at its start (not on
+      demand), so that the plugin finds them all.
     - The driver JVM maps `CLASS_ARCHIVE`, once built."""
     if not master.startswith("local") or not LOCAL_MASTER_JAR.exists():
         return {}
     settings = {"spark.driver.extraClassPath": str(LOCAL_MASTER_JAR), "spark.plugins": TASK_PRIORITY_PLUGIN}
     if not on_store:
         settings["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
+    options = ["-XX:-UseDynamicNumberOfCompilerThreads"]
     if CLASS_ARCHIVE.exists():
-        settings[JAVA_OPTIONS] = class_archive_options(CLASS_ARCHIVE)
+        options.append(class_archive_options(CLASS_ARCHIVE))
+    settings[JAVA_OPTIONS] = " ".join(options)
     return settings
 
 

@@ -60,6 +60,7 @@ class AlertEngine:
         self._inhibitors: dict[tuple[int, tuple[str | None, ...]], list[Alert]] = {}  # see _advance
         self._unrendered: dict[str, tuple[Rule, dict[str, Any], dict[str, str]]] = {}  # see _apply
         self._prepared: dict[tuple[str, str, str], pd.DataFrame] = {}  # see _prepare
+        self._of_frame: dict[tuple[int, tuple[str, ...]], tuple[pd.DataFrame, Any, Any]] = {}  # see _keys_and_times
 
     def step(self, frames: dict[str, pd.DataFrame]) -> list[Transition]:
         """Evaluate every rule on one batch of shaped frames; return the transitions, in event-time order."""
@@ -70,7 +71,7 @@ class AlertEngine:
         if "broker_metrics" in frames or REPLICA_BROKERS in frames or BROKER_STOPS in frames:
             frames["broker_reports"] = broker_reports(self.state, frames.get("broker_metrics"),
                                                       frames.get(REPLICA_BROKERS), frames.get(BROKER_STOPS), clocks)
-        self._prepared = {}
+        self._prepared, self._of_frame = {}, {}
         out: list[Transition] = []
         for rule in self.rules:
             frame = frames.get(rule.source)
@@ -122,6 +123,16 @@ class AlertEngine:
             base = grouped.sum(min_count=1) if rule.aggregate == "sum" else grouped.agg(rule.aggregate)
             self._prepared[cache_key] = base
         return base
+
+    def _keys_and_times(self, frame: pd.DataFrame, keys: tuple[str, ...]) -> tuple[list[tuple[Any, ...]],
+                                                                                   dict[str, list[int]]]:
+        """`entity_keys` and `times_by_cluster` of a frame, once per step for the rules sharing it (see _prepare). The
+        frame is kept with them, so its id cannot be another frame's during the step."""
+        cached = self._of_frame.get((id(frame), keys))
+        if cached is None:
+            cached = (frame, entity_keys(frame, keys), times_by_cluster(frame))
+            self._of_frame[(id(frame), keys)] = cached
+        return cached[1], cached[2]
 
     def _windowed(self, rule: Rule, frame: pd.DataFrame | None, clocks: dict[str, int]) -> pd.DataFrame | None:
         """Sum each column over the trailing window, per entity, at every point after the entity's last evaluated
@@ -239,7 +250,7 @@ class AlertEngine:
         open_keys = {k: a for k, a in alerts.items() if a.rule == rule.name and (a.status in OPEN or a.held)}
         # Only entities whose condition held somewhere in the batch, or that have an open alert, can change:
         # select their rows by entity key before building records of them one by one.
-        ek = entity_keys(samples.frame, rule.entity_keys)
+        ek, times = self._keys_and_times(samples.frame, rule.entity_keys)
         wanted = {k for k, held in zip(ek, samples.cond, strict=True) if held} | {
             (a.cluster, *(typed(k, a.labels[k]) for k in rule.entity_keys)) for a in open_keys.values()}
         by_entity: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -253,7 +264,6 @@ class AlertEngine:
                 fp = fingerprint(rule.name, labels)
                 by_entity[fp].append(rec)
                 labels_of[fp] = labels
-        times = times_by_cluster(samples.frame)
         out: list[Transition] = []
         for fp in sorted(set(by_entity) | {a.fingerprint for a in open_keys.values()}):
             key = f"{rule.name}/{fp}"

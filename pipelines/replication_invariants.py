@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipelines.context import OFFLINE, PARTITION_KEY, STATE_VALUES, epoch_micros, in_time_order
+from pipelines.expectations import as_numpy
 from schemas.expectations import (
     CTX_ELR_DISJOINT_FROM_ISR,
     CTX_ELR_SUBSET_OF_REPLICAS,
@@ -57,21 +58,21 @@ def flat_list(column: pa.ChunkedArray | pa.Array) -> FlatList:
     parents = np.asarray(pc.list_parent_indices(arr).to_numpy(zero_copy_only=False), np.int64)
     flat = pc.list_flatten(arr)
     element_valid = np.asarray(pc.is_valid(flat).to_numpy(zero_copy_only=False), bool)
-    values = np.asarray(pc.fill_null(flat, 0).to_numpy(zero_copy_only=False), np.int64)
+    values = as_numpy(flat, 0, np.int64)
     encoded = np.where(element_valid, values + (1 << 31), _NULL_ELEMENT)
-    lengths = np.asarray(pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False), np.int64)
+    lengths = as_numpy(pc.list_value_length(arr), 0, np.int64)
     starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64) if n else np.zeros(0, np.int64)
     return FlatList(parents, (parents << KEY_SHIFT) | encoded, values, element_valid, lengths,
                  bool_values(pc.is_valid(arr)), starts)
 
 
 def bool_values(array: Any) -> np.ndarray:
-    return np.asarray(pc.fill_null(array, False).to_numpy(zero_copy_only=False), bool)
+    return as_numpy(array, False, bool)
 
 
 def int_values(column: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(values with nulls as 0, validity) of an integer column."""
-    return (np.asarray(pc.fill_null(column, 0).to_numpy(zero_copy_only=False), np.int64),
+    return (as_numpy(column, 0, np.int64),
             bool_values(pc.is_valid(column)))
 
 

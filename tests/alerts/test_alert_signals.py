@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from pipelines.alert_samples import grouped_sum_max
 from pipelines.alert_signals import BROKER_METRIC_COLUMNS, shape_broker_metrics, shape_cluster_events
 from schemas.bronze import ElectionKind, EventType
 from schemas.kafka_metrics import BROKER_METERS, CONTROLLER_METERS, MBEANS
@@ -69,3 +70,31 @@ def test_an_election_of_the_last_known_leader_counts_as_unclean_as_kafka_counts_
     got = shape_cluster_events(rows).set_index("partition")
     assert list(got["elections"]) == [1, 1, 1, 1, 1]
     assert list(got["unclean_elections"]) == [0, 0, 1, 1, 0]
+
+
+def test_grouped_sum_max_gives_what_a_pandas_groupby_gives_with_missing_keys_and_values() -> None:
+    """pipelines/alert_samples.py `grouped_sum_max` against `groupby(keys, sort=True)` written the plain way: a row with
+    a missing key left out, missing values skipped (a group with none sums to 0, its max NaN), keys sorted with their
+    dtypes (a zone too), integer sums and maxima kept integers."""
+    rng = np.random.default_rng(7)
+    n = 400
+    ts = pd.Series(pd.to_datetime(rng.integers(0, 5, n) * 1_000, unit="ms", utc=True))
+    ts[rng.random(n) < 0.05] = pd.NaT
+    frame = pd.DataFrame({
+        "run_id": pd.Series(rng.choice(["b-run", "a-run", None], n, p=[0.45, 0.45, 0.1]), dtype=object),
+        "ts": ts,
+        "topic": rng.choice(["t2", "t10", "t1"], n),
+        "partition": np.where(rng.random(n) < 0.05, np.nan, rng.integers(0, 4, n)),
+        "sent": rng.integers(0, 100, n),
+        "lost": np.where(rng.random(n) < 0.5, np.nan, rng.integers(0, 10, n).astype(float)),
+        "waited": rng.integers(-5, 500, n),
+        "isr": np.where(rng.random(n) < 0.7, np.nan, rng.integers(1, 4, n).astype(float)),
+    })
+    keys = ["run_id", "ts", "topic", "partition"]
+    mine = grouped_sum_max(frame, keys, {c: frame[c].to_numpy() for c in ("sent", "lost")},
+                           {c: frame[c].to_numpy() for c in ("waited", "isr")})
+    grouped = frame.groupby(keys, sort=True)
+    plain = pd.concat([grouped[["sent", "lost"]].sum(), grouped[["waited", "isr"]].max()], axis=1).reset_index()
+    pd.testing.assert_frame_equal(mine, plain)
+    assert mine["sent"].dtype == np.int64 and mine["waited"].dtype == np.int64 and str(mine["ts"].dt.tz) == "UTC"
+    assert 0 < len(mine) < n and mine["isr"].isna().any() and (mine["lost"] == 0).any()
