@@ -17,6 +17,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -92,6 +93,16 @@ def local_master_settings(master: str, on_store: bool) -> dict[str, str]:
         options.append(class_archive_options(CLASS_ARCHIVE))
     settings[JAVA_OPTIONS] = " ".join(options)
     return settings
+
+
+def lower_calling_stream_thread(spark: SparkSession) -> None:
+    """From a foreachBatch body: the JVM thread that called it (py4j pins a callback's calls to the calling thread,
+    here the query's stream execution thread) and the threads it starts go behind the driver's other threads, as
+    Spark's tasks do, where the session's driver runs jvm/local-master's plugin (a local master with the jar built);
+    elsewhere nothing changes. Once per thread: a later call costs two py4j calls."""
+    if TASK_PRIORITY_PLUGIN in (spark.conf.get("spark.plugins", "") or "").split(","):
+        jvm: Any = spark.sparkContext._jvm
+        jvm.isrwatch.spark.TasksBehindTheDriver.lowerCallingThread()
 
 
 def s3_jars() -> list[str]:

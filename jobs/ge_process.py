@@ -13,7 +13,9 @@ queue closes).
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.spawn
 import signal
+import sys
 from concurrent.futures import ProcessPoolExecutor
 
 import pyarrow as pa
@@ -39,9 +41,15 @@ def _outcomes(tables: dict[str, pa.Table]) -> dict[str, GeOutcome]:
         raise RuntimeError(f"{type(e).__name__}: {e}") from None
 
 
-def _ignore_stop_signals() -> None:
+def _start_child() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    # A child of a parent started as `python -m <package>` (pytest without xdist) keeps the main module of spawn's
+    # `python -c`, with neither a spec nor a file; PySpark's Connect package, which GE imports, takes such a main for a
+    # doctest run and exits the process. The child's main is spawn's own module: say so.
+    main = sys.modules["__main__"]
+    if main.__spec__ is None and not hasattr(main, "__file__"):
+        main.__file__ = multiprocessing.spawn.__file__
 
 
 class GeProcess:
@@ -49,7 +57,7 @@ class GeProcess:
 
     def __init__(self) -> None:
         self.pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_ignore_stop_signals)
+                                        initializer=_start_child)
         self.pool.submit(_suite_validator)
 
     def outcomes(self, tables: dict[str, pa.Table]) -> dict[str, GeOutcome]:

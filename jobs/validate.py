@@ -41,6 +41,7 @@ from foundation import kill_points
 from foundation.batch_appender import BatchAppender
 from foundation.logs import configure, logger
 from foundation.settings import PipelineSettings, SettingsError, spark_interval
+from foundation.spark import lower_calling_stream_thread
 from foundation.spool import Spool
 from foundation.streaming_checkpoint import VALIDATE_CHECKPOINT
 from jobs import driver_signals
@@ -136,6 +137,8 @@ class UnionValidator:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         wait_started(self, "validate")
+        # Validate is throughput work: its stream thread plans each batch behind the alert lane's (same JVM).
+        lower_calling_stream_thread(self.spark)
         clock = StepClock()
         # Cached while it is counted and routed, so the source and the de-duplication run once. On disk only:
         # cached in memory, a 10M-row catch-up ran a 4 GB executor out of heap while the cache unrolled it.

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import re
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -407,6 +410,9 @@ def test_a_failed_lane_started_again_beside_a_running_validate_repeats_and_loses
         sent_before = set(_delivered(receiver))
         restarted = running.restart_lane()
         assert restarted.query is not failed and restarted.query.id == failed.id, "the same checkpoint, a new run"
+        for q in (restarted.query, running.query):
+            q.processAllAvailable()
+        nices = _stream_thread_nices(spark)
         _drain(running)
     finally:
         receiver.stop()
@@ -417,6 +423,20 @@ def test_a_failed_lane_started_again_beside_a_running_validate_repeats_and_loses
     assert set(ids) == {f"{e['event_id']}@test" for e in lane if e["status"] in ("firing", "resolved")
                         and e["severity"] in ("critical", "warning")}
     assert sent_before and {i for i in ids if ids.count(i) > 1} == sent_before
+    # One JVM runs both queries; validate's batches are throughput work: its stream thread is at the tasks' priority
+    # (jvm/local-master) from its first batch on, the lane's (the new run's too) at the driver's.
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert nices == {"validate": min(base + 10, 19), "alert_lane": base}
+
+
+def _stream_thread_nices(spark: Any) -> dict[str, int]:
+    """query name -> nice value of its stream execution thread, in the session's JVM. /proc cuts a thread's name to 15
+    characters ("stream executio" for every query): the JVM's own thread dump names each and gives its kernel id."""
+    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
+    dump = subprocess.run(["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, check=True).stdout
+    threads = re.findall(r'^"stream execution thread for (\S+) \[.*? nid=(\w+)', dump, re.MULTILINE)
+    return {name: int(Path(f"/proc/{pid}/task/{int(nid, 0)}/stat").read_text().rsplit(")", 1)[1].split()[16])
+            for name, nid in threads}
 
 
 def test_available_now_the_lane_evaluates_the_commits_there_at_its_start_and_stops(bronze: Path, spark: Any,

@@ -24,6 +24,10 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * it runs a task, so the scheduler gives the lane's threads the core first. Threads and processes a task thread starts
  * (the state store's maintenance, Python workers) inherit it.
  *
+ * <p>So does validate's stream execution thread, from its first micro-batch on ({@link #lowerCallingThread}, called by
+ * jobs/validate.py's foreachBatch body): it plans each batch (the Delta log's latest offset, the files to read) and
+ * runs the driver's part of it while the alert lane's stream execution thread, in the same JVM, waits for a core.
+ *
  * <p>The JIT compiler's threads go behind too, when the driver starts (foundation/spark.py makes the JVM create them all
  * at its start): in the latency bench, minutes after a start, they still took 0.4 of the 2 cores, at the lane's
  * priority. Compiling is throughput work as well; it goes on whenever a core is free.
@@ -68,6 +72,26 @@ public class TasksBehindTheDriver implements SparkPlugin {
         }
     }
 
+    private static final ThreadLocal<Boolean> LOWERED = ThreadLocal.withInitial(() -> Boolean.FALSE);
+
+    /**
+     * The calling thread, and the threads it starts from now on, to nice NICE; once per thread (a Spark task thread,
+     * a query's stream execution thread: both are reused).
+     */
+    public static void lowerCallingThread() {
+        if (LOWERED.get()) {
+            return;
+        }
+        LOWERED.set(Boolean.TRUE);
+        try {
+            // "<pid>/task/<tid>": the calling thread's id in the kernel, which `renice -p` takes
+            String self = Files.readSymbolicLink(Paths.get("/proc/thread-self")).toString();
+            renice(self.substring(self.lastIndexOf('/') + 1));
+        } catch (IOException | UnsupportedOperationException e) {
+            // not Linux: the thread keeps the process's priority
+        }
+    }
+
     /** Thread `tid` (its id in the kernel) to nice NICE; left as it is where util-linux's renice is missing. */
     static void renice(String tid) {
         try {
@@ -83,30 +107,11 @@ public class TasksBehindTheDriver implements SparkPlugin {
 
     @Override
     public ExecutorPlugin executorPlugin() {
-        return new Lowering();
-    }
-
-    /** Lowers each task thread's priority the first time it runs a task (task threads are pooled and reused). */
-    static final class Lowering implements ExecutorPlugin {
-        private final ThreadLocal<Boolean> lowered = ThreadLocal.withInitial(() -> Boolean.FALSE);
-
-        @Override
-        public void init(PluginContext context, Map<String, String> extraConf) {
-        }
-
-        @Override
-        public void onTaskStart() {
-            if (lowered.get()) {
-                return;
+        return new ExecutorPlugin() {
+            @Override
+            public void onTaskStart() {
+                lowerCallingThread();
             }
-            lowered.set(Boolean.TRUE);
-            try {
-                // "<pid>/task/<tid>": the calling thread's id in the kernel, which `renice -p` takes
-                String self = Files.readSymbolicLink(Paths.get("/proc/thread-self")).toString();
-                renice(self.substring(self.lastIndexOf('/') + 1));
-            } catch (IOException | UnsupportedOperationException e) {
-                // not Linux: the task runs at the process's priority
-            }
-        }
+        };
     }
 }
