@@ -2,7 +2,8 @@
 
 One cluster serves the module (1 KRaft controller, brokers 1-3, replica.lag.time.max.ms 3000; the controller
 keeps its default broker.session.timeout.ms of 9 s, the fixture passing broker_config to brokers only); each
-test starts from every broker running and unpaused, with its own canary topic and lakehouse. The oracle for a
+test starts from every broker running and unpaused, with its own canary topic and lakehouse; the two unclean-loss
+tests read one unclean election, seen by two canaries on two topics (`unclean_loss`). The oracle for a
 loss is independent of the canary's evidence rules: what the canary had acknowledged (its saved state) against
 what the partition's log holds afterwards, read from the beginning by a plain consumer.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,10 @@ def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
 @pytest.fixture
 def cluster(kafka: KafkaCluster) -> KafkaCluster:
     """The module's cluster with every broker running and unpaused (a test before may have stopped some)."""
+    return whole(kafka)
+
+
+def whole(kafka: KafkaCluster) -> KafkaCluster:
     for broker in kafka.broker_ids():
         if kafka.nodes[broker].paused:
             kafka.resume(broker)
@@ -238,18 +244,24 @@ def test_two_brokers_paused_writes_refused_not_enough_replicas_none_lost(cluster
     assert totals.preferred_elections[2] >= 1
 
 
-def make_unclean_loss(cluster: KafkaCluster, canary: Canary, totals: Totals) -> int:
-    """Brokers 2 and 3 paused, broker 1 acknowledges alone (min ISR 1), then is killed: returns the kill time."""
-    run_until(canary, totals, lambda: min(totals.confirmed[p] for p in range(3)) >= 10, 20, "writes flowing")
+def make_unclean_loss(cluster: KafkaCluster, canaries: list[tuple[Canary, Totals]]) -> int:
+    """Brokers 2 and 3 paused, broker 1 acknowledges alone (min ISR 1) on each canary's partition 0, then is killed:
+    returns the kill time."""
+    def run_all_until(done: Callable[[Totals], bool], what: str) -> None:
+        for canary, totals in canaries:
+            run_until(canary, totals, lambda totals=totals: done(totals), 20, what)  # type: ignore[misc]
+
+    run_all_until(lambda totals: min(totals.confirmed[p] for p in range(3)) >= 10, "writes flowing")
     cluster.pause(2)
     cluster.pause(3)
-    acked_at_pause = totals.acked[0]
-    run_until(canary, totals, lambda: totals.acked[0] >= acked_at_pause + 30, 20,
-              "30 records acknowledged by broker 1 alone")
+    acked_at_pause = {id(totals): totals.acked[0] for _, totals in canaries}
+    run_all_until(lambda totals: totals.acked[0] >= acked_at_pause[id(totals)] + 30,
+                  "30 records acknowledged by broker 1 alone")
     cluster.kill(1)
     killed_ms = wall_ms()
     time.sleep(1.0)    # the delivery reports of what broker 1 answered before it died
-    totals.add(canary.take_interval(wall_ms()))
+    for canary, totals in canaries:
+        totals.add(canary.take_interval(wall_ms()))
     return killed_ms
 
 
@@ -291,59 +303,80 @@ def unclean_new_leader_log_end_checks(cluster: KafkaCluster, canary: Canary, top
         consumer.close()
 
 
-def test_unclean_election_loses_exactly_the_acked_records_beyond_the_new_leaders_log(cluster: KafkaCluster,
-                                                                                     tmp_path: Path) -> None:
-    topic = "canary-unclean"
-    canary = Canary(canary_config(cluster, topic, min_insync_replicas=1, topic_config=UNCLEAN),
-                    tmp_path / "lakehouse")
-    totals = Totals()
+LIVE_TOPIC, RESTART_TOPIC = "canary-unclean", "canary-restart"
+
+
+@dataclass
+class UncleanLoss:
+    """One unclean election, seen by two canaries on two topics (partition 0 of each led by broker 1 alone): one
+    running throughout, one stopped before the election and started again after it."""
+
+    killed_ms: int
+    live: Canary
+    live_totals: Totals
+    live_acknowledged: CanaryState      # what the running canary had acknowledged when broker 1 died
+    restarted: Canary                   # the stopped canary, started again from its saved state
+    before_restart: Totals
+    after_restart: Totals
+    restart_acknowledged: CanaryState   # what the stopped canary had acknowledged (its saved state)
+
+
+@pytest.fixture(scope="module")
+def unclean_loss(kafka: KafkaCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UncleanLoss]:
+    lake = tmp_path_factory.mktemp("unclean") / "lakehouse"
+    cluster = whole(kafka)
+    live_config = canary_config(cluster, LIVE_TOPIC, min_insync_replicas=1, topic_config=UNCLEAN)
+    restart_config = canary_config(cluster, RESTART_TOPIC, min_insync_replicas=1, topic_config=UNCLEAN)
+    live, first = Canary(live_config, lake), Canary(restart_config, lake)
+    live_totals, before, after = Totals(), Totals(), Totals()
     try:
-        canary.start()
-        killed_ms = make_unclean_loss(cluster, canary, totals)
-        acknowledged = CanaryState.load(canary.save_state())
-        assert acknowledged is not None
+        try:
+            live.start()
+            first.start()
+            killed_ms = make_unclean_loss(cluster, [(live, live_totals), (first, before)])
+            live_acknowledged = CanaryState.load(live.save_state())
+        finally:
+            first.stop(drain_timeout_s=2)
+        before.add(first.take_interval(wall_ms()))
+        restart_acknowledged = CanaryState.load(first.save_state())
+        assert live_acknowledged is not None and restart_acknowledged is not None
         cluster.resume(2)
         cluster.resume(3)
-        # The controller fences broker 1 9 s after its death; with partition 0's ISR [1] (ELR on: ISR empty,
-        # ELR [1], dead) the unclean election makes broker 2 its leader, and the canary's next write shows it.
-        until_lost_then_drain(canary, totals, 40, "the loss reported")
+        try:
+            # The controller fences broker 1 9 s after its death; with partition 0's ISR [1] (ELR on: ISR empty,
+            # ELR [1], dead) the unclean election makes broker 2 its leader, and the canary's next write shows it.
+            until_lost_then_drain(live, live_totals, 40, "the loss reported")
+        finally:
+            live.stop(drain_timeout_s=5)
+        live_totals.add(live.take_interval(wall_ms()))
+        deadline = time.monotonic() + 40
+        while leaders(cluster, RESTART_TOPIC).get(0) not in (2, 3):
+            assert time.monotonic() < deadline, "no unclean election of the stopped canary's partition 0"
+            time.sleep(0.5)
+        second = Canary(restart_config, lake)
+        try:
+            second.start()
+            until_lost_then_drain(second, after, 30, "the loss reported after the restart")
+        finally:
+            second.stop(drain_timeout_s=5)
+        after.add(second.take_interval(wall_ms()))
+        yield UncleanLoss(killed_ms, live, live_totals, live_acknowledged, second, before, after,
+                          restart_acknowledged)
     finally:
-        canary.stop(drain_timeout_s=5)
-    totals.add(canary.take_interval(wall_ms()))
-    check_losses(cluster, topic, acknowledged, totals)
-    unclean_new_leader_log_end_checks(cluster, canary, topic, totals, killed_ms)
-    check_duplicates(cluster, topic, canary, totals)
+        whole(kafka)   # the module's other tests get every broker back
 
 
-def test_restarted_canary_reports_a_loss_that_happened_while_it_was_stopped(cluster: KafkaCluster,
-                                                                            tmp_path: Path) -> None:
-    topic = "canary-restart"
-    config = canary_config(cluster, topic, min_insync_replicas=1, topic_config=UNCLEAN)
-    first = Canary(config, tmp_path / "lakehouse")
-    before = Totals()
-    try:
-        first.start()
-        make_unclean_loss(cluster, first, before)
-    finally:
-        first.stop(drain_timeout_s=2)
-    before.add(first.take_interval(wall_ms()))
-    assert all(not lost for lost in before.lost.values())
-    acknowledged = CanaryState.load(first.save_state())
-    assert acknowledged is not None
-    cluster.resume(2)
-    cluster.resume(3)
-    deadline = time.monotonic() + 40
-    while leaders(cluster, topic).get(0) not in (2, 3):
-        assert time.monotonic() < deadline, "no unclean election of partition 0"
-        time.sleep(0.5)
+def test_unclean_election_loses_exactly_the_acked_records_beyond_the_new_leaders_log(
+        kafka: KafkaCluster, unclean_loss: UncleanLoss) -> None:
+    loss = unclean_loss
+    check_losses(kafka, LIVE_TOPIC, loss.live_acknowledged, loss.live_totals)
+    unclean_new_leader_log_end_checks(kafka, loss.live, LIVE_TOPIC, loss.live_totals, loss.killed_ms)
+    check_duplicates(kafka, LIVE_TOPIC, loss.live, loss.live_totals)
 
-    second = Canary(config, tmp_path / "lakehouse")
-    after = Totals()
-    try:
-        second.start()
-        assert second.instance_id == first.instance_id
-        until_lost_then_drain(second, after, 30, "the loss reported after the restart")
-    finally:
-        second.stop(drain_timeout_s=5)
-    after.add(second.take_interval(wall_ms()))
-    check_losses(cluster, topic, acknowledged, after)
+
+def test_restarted_canary_reports_a_loss_that_happened_while_it_was_stopped(kafka: KafkaCluster,
+                                                                            unclean_loss: UncleanLoss) -> None:
+    loss = unclean_loss
+    assert loss.restarted.instance_id == loss.restart_acknowledged.instance_id, "the saved state reloaded"
+    assert all(not lost for lost in loss.before_restart.lost.values()), "nothing lost while broker 1 was the leader"
+    check_losses(kafka, RESTART_TOPIC, loss.restart_acknowledged, loss.after_restart)

@@ -230,8 +230,10 @@ class CanaryTotals:
         self.acked: Counter[int] = Counter()
         self.failed: dict[int, Counter[str]] = {}
         self.lost: Counter[int] = Counter()
+        self.intervals = 0
 
     def add(self, _status: dict[str, Any]) -> None:
+        self.intervals += 1
         feed = self.collector.canary
         assert isinstance(feed, CanaryFeed)
         for p in feed.last.partitions if feed.last is not None else ():
@@ -273,7 +275,8 @@ def refusal_then_loss_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
         wait_for(lambda: all(len(isr) == 3 for isr in isr_of(cluster, REFUSE_TOPIC).values())
                  and all(refusal.acked[p] >= acked_at_resume[p] + 10 for p in range(3)), 60,
                  "the canary's ISR whole and writes acknowledged again")
-        time.sleep(2)   # two more intervals: the collector records the ISR whole
+        seen = refusal.intervals
+        wait_for(lambda: refusal.intervals >= seen + 2, 60, "two more intervals: the collector records the ISR whole")
 
     second = canary_collector(cluster, lake, UNCLEAN_TOPIC, min_insync_replicas=1,
                               topic_config={"unclean.leader.election.enable": "true"})
@@ -298,7 +301,8 @@ def refusal_then_loss_run(cluster: KafkaCluster, lake: str) -> dict[str, Any]:
             wait_for(lambda: loss.lost[0] > 0, 120, "the canary's loss on partition 0",
                      lambda: f"leaders and ISRs {leaders_of(cluster, UNCLEAN_TOPIC)}, acknowledged {dict(loss.acked)}, "
                              f"failed {loss.failed}")
-            time.sleep(2)   # the losses of the other partitions, reported in the same or the next interval
+            seen = loss.intervals   # the losses of the other partitions, reported in the same or the next interval
+            wait_for(lambda: loss.intervals >= seen + 2, 60, "two more intervals after the first loss")
         assert acknowledged is not None
         log = read_log(cluster, UNCLEAN_TOPIC, [0, 1, 2], acknowledged.instance_id)
         truly_lost = {p: sum(1 for o, s in acknowledged.ledger(p).acked_records() if log[p].get(o) != s)
