@@ -42,8 +42,8 @@ $(STAMPS)/jars: jvm/pom.xml
 	@touch $@
 
 # isrwatch's classes for a local master (jvm/local-master): Hadoop's local file system setting permissions without
-# forking `chmod`, and Spark's tasks behind the driver's threads. Compiled against the Hadoop and Spark APIs that pyspark
-# ships, so nothing is downloaded for them.
+# forking `chmod`, and the driver's throughput work (Spark's tasks, the JIT compiler, validate's stream thread) at a
+# lower CPU priority. Compiled against the Hadoop and Spark APIs that pyspark ships, so nothing is downloaded for them.
 LOCAL_MASTER_SOURCES := $(shell find jvm/local-master/src -name '*.java')
 $(LOCAL_MASTER_JAR): $(LOCAL_MASTER_SOURCES) $(STAMPS)/venv
 	@echo "compiling isrwatch's classes for a local master into $@"

@@ -50,7 +50,7 @@ LOCAL_MASTER_JAR = ROOT / "jvm" / "local-master" / "isrwatch-local-master.jar"
 # class_archive.py) and mapped by every later JVM: a session starts and runs its first job in ~60 % of the time.
 CLASS_ARCHIVE = ROOT / "jvm" / "local-master" / "spark-classes.jsa"
 LOCAL_FS_CLASS = "isrwatch.hadoop.NioLocalFileSystem"
-TASK_PRIORITY_PLUGIN = "isrwatch.spark.TasksBehindTheDriver"
+PRIORITY_PLUGIN = "isrwatch.spark.ThroughputWorkAtLowPriority"
 JAVA_OPTIONS = "spark.driver.defaultJavaOptions"
 
 
@@ -85,7 +85,7 @@ def local_master_settings(master: str, on_store: bool) -> dict[str, str]:
     - The driver JVM maps `CLASS_ARCHIVE`, once built."""
     if not master.startswith("local") or not LOCAL_MASTER_JAR.exists():
         return {}
-    settings = {"spark.driver.extraClassPath": str(LOCAL_MASTER_JAR), "spark.plugins": TASK_PRIORITY_PLUGIN}
+    settings = {"spark.driver.extraClassPath": str(LOCAL_MASTER_JAR), "spark.plugins": PRIORITY_PLUGIN}
     if not on_store:
         settings["spark.hadoop.fs.file.impl"] = LOCAL_FS_CLASS
     options = ["-XX:-UseDynamicNumberOfCompilerThreads"]
@@ -100,9 +100,9 @@ def lower_calling_stream_thread(spark: SparkSession) -> None:
     here the query's stream execution thread) and the threads it starts go behind the driver's other threads, as
     Spark's tasks do, where the session's driver runs jvm/local-master's plugin (a local master with the jar built);
     elsewhere nothing changes. Once per thread: a later call costs two py4j calls."""
-    if TASK_PRIORITY_PLUGIN in (spark.conf.get("spark.plugins", "") or "").split(","):
+    if PRIORITY_PLUGIN in (spark.conf.get("spark.plugins", "") or "").split(","):
         jvm: Any = spark.sparkContext._jvm
-        jvm.isrwatch.spark.TasksBehindTheDriver.lowerCallingThread()
+        jvm.isrwatch.spark.ThroughputWorkAtLowPriority.lowerCallingThread()
 
 
 def s3_jars() -> list[str]:

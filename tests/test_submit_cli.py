@@ -42,10 +42,10 @@ def test_the_users_settings_win_and_the_master_defaults_to_local() -> None:
                                             "--driver-java-options", "-Dx=1"], ["--verbose"], python=sys.executable)
     assert _conf(cmd)["spark.pyspark.python"] == "/other/python"
     assert cmd[cmd.index("--master") + 1] == "local[*]"
-    # Local: Hadoop's file system without a fork per created file and the tasks behind the driver (foundation/spark.py),
-    # unless a class path is given.
+    # Local: Hadoop's file system without a fork per created file and the throughput work at a lower priority
+    # (foundation/spark.py), unless a class path is given.
     assert _conf(cmd)["spark.hadoop.fs.file.impl"] == "isrwatch.hadoop.NioLocalFileSystem"
-    assert _conf(cmd)["spark.plugins"] == "isrwatch.spark.TasksBehindTheDriver"
+    assert _conf(cmd)["spark.plugins"] == "isrwatch.spark.ThroughputWorkAtLowPriority"
     assert _conf(cmd)["spark.driver.extraClassPath"].endswith("jvm/local-master/isrwatch-local-master.jar")
     own = _conf(spark_submit_command("validate", ["--driver-class-path", "/x.jar"], [], python=sys.executable))
     assert not {"spark.hadoop.fs.file.impl", "spark.plugins"} & set(own)

@@ -29,7 +29,7 @@ def _threads(process: Path) -> list[tuple[str, int]]:
 @pytest.mark.spark
 @pytest.mark.skipif(not Path("/proc/thread-self").exists(), reason="a thread's priority is set on Linux only")
 def test_every_task_thread_and_the_jit_compiler_run_at_a_lower_priority_than_the_drivers_threads(spark: Any) -> None:
-    assert spark.conf.get("spark.plugins") == "isrwatch.spark.TasksBehindTheDriver"
+    assert spark.conf.get("spark.plugins") == "isrwatch.spark.ThroughputWorkAtLowPriority"
     spark.range(0, 1000, numPartitions=4).selectExpr("sum(id)").collect()  # tasks on every task thread there is
     jvm = Path("/proc") / str(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
     threads = _threads(jvm)

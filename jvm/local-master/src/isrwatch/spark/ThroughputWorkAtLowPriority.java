@@ -15,7 +15,8 @@ import org.apache.spark.api.plugin.PluginContext;
 import org.apache.spark.api.plugin.SparkPlugin;
 
 /**
- * With a local master, Spark's tasks run at a lower CPU priority than the rest of the process.
+ * With a local master, the throughput work of the driver's JVM (Spark's tasks, the JIT compiler, validate's stream
+ * execution thread) runs at a lower CPU priority than its latency work (the alert lane's query).
  *
  * <p>A local master's executor is the driver's own JVM: a validate micro-batch's tasks take both cores while the alert
  * lane, whose batches are planned and evaluated on the driver and run no task, waits for one. Measured in
@@ -35,7 +36,7 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * <p>Linux only: a thread's priority is set through {@code /proc/thread-self} and util-linux's {@code renice}
  * (Java has no call for it); where either is missing, tasks keep the process's priority.
  */
-public class TasksBehindTheDriver implements SparkPlugin {
+public class ThroughputWorkAtLowPriority implements SparkPlugin {
     static final String NICE = "10";
 
     /** Names of the JIT compiler's threads, as /proc shows them (15 characters at most). */
