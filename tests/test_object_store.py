@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -236,9 +237,21 @@ def cluster_runs(spark: Any, s3: S3Proxy, local_lake: str, tmp_path_factory: pyt
 
 
 def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: str, tmp_path: Path) -> ClusterRuns:
-    """The cluster's run, then the local one (the test below says what they are)."""
+    """The cluster's run and the local one at once (the test below says what they are): they share no table, and the
+    cluster's jobs spend much of their time starting JVMs, which leaves this session's Spark a core. Bronze is
+    written to the store first: the local run sets this process's object store (its delta-rs options) as it starts."""
     lake = on_store.uri("cluster")
     emulate_into(lake, LOSE_TWO, RUN_ID)
+    with ThreadPoolExecutor(1) as pool:
+        on_cluster = pool.submit(_run_on_the_cluster, lake, tmp_path)
+        local, said = _run_locally(spark, local_lake, tmp_path)
+        apps, ran = on_cluster.result()
+    return ClusterRuns(on_store, lake, local, apps, ran, said)
+
+
+def _run_on_the_cluster(lake: str, tmp_path: Path) -> tuple[list[str], dict[str, dict[str, int]]]:
+    """The four jobs submitted to a standalone cluster one after the other, over the store's `lake`: the completed
+    applications, and per application the tasks each executor ran (subprocesses only: nothing here reads the store)."""
     events = tmp_path / "event-logs"
     events.mkdir()
     submit = [sys.executable, "-m", "isrwatch.cli", "submit"]
@@ -260,8 +273,11 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
                 assert re.search(r"; ([1-9]\d*) of \1 micro-batches evaluated on the executors", done.stdout), \
                     done.stdout[-3000:]
         apps = [a["name"] for a in cluster.status()["completedapps"]]
-    ran = _tasks_per_executor(events)
+    return apps, _tasks_per_executor(events)
 
+
+def _run_locally(spark: Any, local_lake: str, tmp_path: Path) -> tuple[str, list[str]]:
+    """The same jobs as on the cluster, in this session: the lakehouse and what validate logged."""
     # The same jobs, locally (this session's Spark), over the same bronze, and validate on the other route: a
     # micro-batch above `driver_max_rows` is checked in the executors and written by Spark jobs (the executor route),
     # except its smallest tables that fit within the limit together (topic_configs, metrics_coverage and runs: the
@@ -282,7 +298,7 @@ def _run_on_the_cluster_and_locally(spark: Any, on_store: S3Proxy, local_lake: s
         query = start()
         query.awaitTermination()
         assert query.exception() is None, query.exception()
-    return ClusterRuns(on_store, lake, local, apps, ran, said)
+    return local, said
 
 
 @pytest.mark.spark
