@@ -3,27 +3,13 @@ foundation/spark.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-
-def _nice(task: Path) -> int:
-    """A thread's nice value: field 19 of /proc/<pid>/task/<tid>/stat (after the parenthesised name)."""
-    return int((task / "stat").read_text().rsplit(")", 1)[1].split()[16])
-
-
-def _threads(process: Path) -> list[tuple[str, int]]:
-    """(name, nice value) of each thread of `process`; a thread that ends while it is read (the JVM starts and ends
-    threads all the time) is left out."""
-    out = []
-    for task in (process / "task").iterdir():
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            out.append(((task / "comm").read_text().strip(), _nice(task)))
-    return out
+from tests.thread_priority import jvm_process, thread_nices
 
 
 @pytest.mark.spark
@@ -31,8 +17,7 @@ def _threads(process: Path) -> list[tuple[str, int]]:
 def test_every_task_thread_and_the_jit_compiler_run_at_a_lower_priority_than_the_drivers_threads(spark: Any) -> None:
     assert spark.conf.get("spark.plugins") == "isrwatch.spark.ThroughputWorkAtLowPriority"
     spark.range(0, 1000, numPartitions=4).selectExpr("sum(id)").collect()  # tasks on every task thread there is
-    jvm = Path("/proc") / str(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
-    threads = _threads(jvm)
+    threads = thread_nices(jvm_process(spark))
     base = next(nice for name, nice in threads if name == "java")  # the JVM's main thread
     tasks = [nice for name, nice in threads if name.startswith("Executor task")]
     assert tasks, sorted(threads)

@@ -13,9 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -44,6 +42,7 @@ from schemas.bronze import BRONZE_BY_NAME
 from schemas.gold import ALERT_EVENTS, ALERTS_STATE
 from tests.alerts.lane_runs import lane_to_the_end
 from tests.alerts.receiver import Receiver, rules_file
+from tests.thread_priority import stream_thread_nices
 
 LANE = split_by_layer(load_alert_config())[0]
 FILES_PER_BATCH = 4   # bronze commits per table and micro-batch: batches of fixed bounds over a bronze written before
@@ -318,7 +317,7 @@ def test_a_failed_lane_started_again_beside_a_running_validate_repeats_and_loses
         assert restarted.query is not failed and restarted.query.id == failed.id, "the same checkpoint, a new run"
         for q in (restarted.query, running.query):
             q.processAllAvailable()
-        nices = _stream_thread_nices(spark)
+        nices = stream_thread_nices(spark)
         _drain(running)
     finally:
         receiver.stop()
@@ -333,16 +332,6 @@ def test_a_failed_lane_started_again_beside_a_running_validate_repeats_and_loses
     # (jvm/local-master) from its first batch on, the lane's (the new run's too) at the driver's.
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert nices == {"validate": min(base + 10, 19), "alert_lane": base}
-
-
-def _stream_thread_nices(spark: Any) -> dict[str, int]:
-    """query name -> nice value of its stream execution thread, in the session's JVM. /proc cuts a thread's name to 15
-    characters ("stream executio" for every query): the JVM's own thread dump names each and gives its kernel id."""
-    pid = spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid()
-    dump = subprocess.run(["jcmd", str(pid), "Thread.print"], capture_output=True, text=True, check=True).stdout
-    threads = re.findall(r'^"stream execution thread for (\S+) \[.*? nid=(\w+)', dump, re.MULTILINE)
-    return {name: int(Path(f"/proc/{pid}/task/{int(nid, 0)}/stat").read_text().rsplit(")", 1)[1].split()[16])
-            for name, nid in threads}
 
 
 def test_available_now_the_lane_evaluates_the_commits_there_at_its_start_and_stops(bronze: Path, spark: Any,
